@@ -1,0 +1,3 @@
+from opatlas.cli import main
+
+main()

@@ -1,0 +1,61 @@
+"""The ``Backend`` interface and the backend registry."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opatlas.errors import OpatlasError
+from opatlas.ops.base import Op
+
+_BACKENDS: dict[str, str] = {
+    "cpu": "opatlas.backends.cpu:CpuBackend",
+}
+
+
+class Backend:
+    """Runs ops on one device. Subclasses implement :meth:`measure` and describe the device."""
+
+    name: str = ""
+
+    def available(self) -> tuple[bool, str]:
+        """(usable here?, why not)."""
+        return True, ""
+
+    def device_name(self) -> str:
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str]:
+        return {}
+
+    def measure(self, op: Op, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
+                warmup: int) -> dict[str, list[int]]:
+        """Per pass, ``repeats`` durations in nanoseconds (after ``warmup`` untimed runs)."""
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        """Release device memory after a failure (e.g. an OOM) so the sweep can go on."""
+
+
+def register_backend(name: str, target: str) -> None:
+    """Register ``"module:Class"`` under ``name`` (imported on first use)."""
+    _BACKENDS[name] = target
+
+
+def list_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        target = _BACKENDS[name]
+    except KeyError:
+        raise OpatlasError(f"unknown backend {name!r}; known: {', '.join(list_backends())}") \
+            from None
+    module, cls = target.split(":")
+    backend = getattr(importlib.import_module(module), cls)()
+    ok, why = backend.available()
+    if not ok:
+        raise OpatlasError(f"backend {name!r} cannot run here: {why}")
+    return backend

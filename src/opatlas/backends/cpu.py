@@ -1,0 +1,58 @@
+"""PyTorch on the CPU, timed with ``time.perf_counter_ns`` around each pass."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from opatlas.backends.base import Backend
+from opatlas.ops.base import Op
+
+
+@cache
+def cpu_model_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def device_name(self) -> str:
+        return cpu_model_name()
+
+    def versions(self) -> dict[str, str]:
+        out = {"python": platform.python_version()}
+        try:
+            from importlib.metadata import version
+
+            out["torch"] = version("torch")
+        except Exception:  # torch not installed: ops that need it will say so
+            pass
+        return out
+
+    def measure(self, op: Op, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
+                warmup: int) -> dict[str, list[int]]:
+        state = op.build(params, "cpu")
+        timings: dict[str, list[int]] = {}
+        clock = time.perf_counter_ns
+        for pass_ in passes:
+            for _ in range(warmup):
+                op.execute(state, pass_, op.prepare(state, pass_))
+            samples = []
+            for _ in range(repeats):
+                prepared = op.prepare(state, pass_)
+                t0 = clock()
+                op.execute(state, pass_, prepared)
+                samples.append(clock() - t0)
+            timings[pass_] = samples
+        return timings

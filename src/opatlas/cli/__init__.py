@@ -1,0 +1,44 @@
+"""The ``opatlas`` command: thin verbs over the Python API. It parses arguments and prints."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from opatlas.errors import OpatlasError
+
+app = typer.Typer(
+    name="opatlas",
+    help="How fast tensor operators and training steps run on accelerators, and why.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _register() -> None:
+    from opatlas.cli import demo_cmd, results_cmd, run_cmd, sweep_cmd
+
+    app.add_typer(sweep_cmd.app, name="sweep")
+    app.command("run")(run_cmd.run)
+    app.command("results")(results_cmd.results)
+    app.add_typer(results_cmd.import_app, name="import")
+    app.command("ops")(sweep_cmd.ops)
+    app.command("demo")(demo_cmd.demo)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: opatlas errors become one paragraph on stderr and exit code 2."""
+    try:
+        app(args=argv)  # typer prints usage errors itself and exits 2
+    except OpatlasError as exc:
+        typer.echo(f"opatlas: error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("opatlas: interrupted; results recorded so far are kept", err=True)
+        sys.exit(130)

@@ -1,0 +1,25 @@
+"""Options shared by several verbs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from opatlas.ops import load_ops_module
+from opatlas.spec import SweepSpec, resolve_spec
+
+OpsModuleOpt = typer.Option(
+    None, "--ops-module", help="Import your own ops from this .py file or module first.")
+WhereOpt = typer.Option(
+    None, "--where", help="Boolean expression over vector parameters selecting a subset, "
+                          "e.g. \"dim >= 4096 and mp == 2\".")
+PartsOpt = typer.Option(1, "--parts", help="Split the grid round-robin into N parts.", min=1)
+PartOpt = typer.Option(1, "--part", help="Which part (1-based) to take.", min=1)
+StoreOpt = typer.Option(Path("opatlas.duckdb"), "--store", help="Results store (DuckDB file).")
+
+
+def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:
+    for m in ops_modules or []:
+        load_ops_module(m)
+    return resolve_spec(spec)

@@ -1,0 +1,90 @@
+"""``opatlas results`` and ``opatlas import``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from opatlas.cli.common import StoreOpt
+from opatlas.errors import OpatlasError
+from opatlas.store import Store
+
+import_app = typer.Typer(help="Read results made elsewhere into the store.", no_args_is_help=True)
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+def results(
+    store: Path = StoreOpt,
+    fmt: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
+    out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+    op: str | None = typer.Option(None, "--op", help="Only this op."),
+    status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
+    limit: int = typer.Option(50, "--limit", help="Rows shown by --format table (0: all)."),
+) -> None:
+    """Print or export the results table.
+
+    Examples:
+
+        opatlas results
+
+        opatlas results --format csv --out results.csv
+
+        opatlas results --format parquet --out results.parquet --op linear
+    """
+    if fmt not in FORMATS:
+        raise OpatlasError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "parquet" and out is None:
+        raise OpatlasError("--format parquet needs --out FILE")
+    with Store(store, read_only=True) as st:
+        df = st.results(op=op)
+    if status:
+        df = df[df["status"] == status]
+    if fmt == "table":
+        _print_table(df, limit, out)
+    elif fmt == "csv":
+        text = df.to_csv(index=False)
+        _emit(text, out)
+    elif fmt == "json":
+        _emit(df.to_json(orient="records", date_format="iso"), out)
+    else:
+        df.to_parquet(out, index=False)
+        typer.echo(f"wrote {len(df)} rows to {out}")
+
+
+def _emit(text: str, out: Path | None) -> None:
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+
+
+def _print_table(df, limit: int, out: Path | None) -> None:
+    table = Table("op", "pass", "params", "status", "median µs", "± std %", "n", "GFLOP/s",
+                  title=f"{len(df)} result rows")
+    shown = df if limit == 0 else df.head(limit)
+    for _, r in shown.iterrows():
+        params = json.loads(r["params_json"])
+        short = " ".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
+        ok = r["status"] == "ok" and r["median_ns"] == r["median_ns"]
+        med = f"{r['median_ns'] / 1e3:.2f}" if ok else "-"
+        spread = f"{100 * r['std_ns'] / r['mean_ns']:.1f}" if ok and r["mean_ns"] else "-"
+        rate = f"{r['flops'] / r['median_ns']:.2f}" if ok and r["flops"] else "-"
+        table.add_row(r["op"], r["pass"], short, r["status"], med, spread,
+                      str(int(r["repeats"])), rate)
+    Console(file=out.open("w") if out else None).print(table)
+
+
+@import_app.command("results")
+def import_results(
+    path: Path = typer.Argument(..., help="A .parquet or .csv written by `opatlas results`."),
+    store: Path = StoreOpt,
+) -> None:
+    """Add results exported from another store (e.g. one per SLURM part) to this store."""
+    with Store(store) as st:
+        n = st.import_results(path)
+    typer.echo(f"added {n} rows to {store}")

@@ -1,0 +1,86 @@
+"""``opatlas sweep expand|list`` and ``opatlas ops``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, WhereOpt, load
+from opatlas.errors import OpatlasError
+from opatlas.sweep import expand
+
+app = typer.Typer(help="Expand sweep specs into op vectors.", no_args_is_help=True)
+
+
+@app.command("expand")
+def expand_cmd(
+    spec: str = typer.Argument(..., help="Spec file (opatlas or estimate-train-time YAML) or "
+                                         "built-in spec name."),
+    parts: int = PartsOpt,
+    part: int = PartOpt,
+    out: Path | None = typer.Option(None, "--out", help="Write the valid vectors to a .json or "
+                                                        ".parquet file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
+    where: str | None = WhereOpt,
+    ops_module: list[str] | None = OpsModuleOpt,
+) -> None:
+    """Expand SPEC and print how many vectors are valid, and why the others are not.
+
+    Examples:
+
+        opatlas sweep expand examples/specs/linear.yml
+
+        opatlas sweep expand flash_atten.yml --parts 4 --part 1 --json
+
+        opatlas sweep expand linear.yml --where "dim >= 4096" --out vectors.parquet
+    """
+    s = load(spec, ops_module)
+    result = expand(s, parts=parts, part=part, where=where)
+    if out is not None:
+        _write_vectors(result.vectors, out)
+    if as_json:
+        typer.echo(json.dumps(result.summary()))
+        return
+    summary = result.summary()
+    typer.echo(f"{s.name} ({s.op}): {summary['total']} vectors, {summary['valid']} valid")
+    for reason, n in summary["invalid"].items():
+        typer.echo(f"  {n:>10}  {reason}")
+    if out is not None:
+        typer.echo(f"wrote {len(result.vectors)} vectors to {out}")
+
+
+def _write_vectors(vectors: list, out: Path) -> None:
+    rows = [v.as_dict() for v in vectors]
+    if out.suffix == ".parquet":
+        import pandas as pd
+
+        pd.DataFrame(rows).to_parquet(out, index=False)
+    elif out.suffix == ".json":
+        out.write_text(json.dumps(rows, indent=1, default=str))
+    else:
+        raise OpatlasError(f"--out {out}: use a .json or .parquet file name")
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List the built-in specs (usable wherever a SPEC path is)."""
+    from opatlas.sweep.builtin import builtin_names
+
+    for name in builtin_names():
+        typer.echo(name)
+
+
+def ops(aliases: bool = typer.Option(False, "--aliases", help="Also list aliases.")) -> None:
+    """List the ops in the catalog with their parameters and passes."""
+    from opatlas.ops import get_op, list_ops
+
+    table = Table("op", "parameters", "optional (default)", "passes", "what")
+    for name in list_ops(include_aliases=aliases):
+        op, fixed = get_op(name)
+        opt = ", ".join(f"{k}={v}" for k, v in {**op.defaults, **fixed}.items())
+        table.add_row(name, ", ".join(op.params), opt, "/".join(op.passes), op.description)
+    Console().print(table)

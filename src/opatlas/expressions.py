@@ -1,0 +1,81 @@
+"""Safe boolean/arithmetic expressions over vector parameters (``dim % mp == 0``, ``--where``).
+
+Only literals, parameter names, arithmetic, comparisons, ``and``/``or``/``not``, ``in``, and
+a few pure functions are allowed; anything else (attribute access, calls to other names,
+lambdas, comprehensions) is rejected at parse time with a clear message.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_ALLOWED_NODES: tuple[type, ...] = (
+    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
+    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
+    ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn,
+    ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List, ast.Call, ast.IfExp,
+)
+_FUNCTIONS: dict[str, Any] = {
+    "min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor,
+    "log2": math.log2, "int": int,
+}
+
+
+class ExpressionError(ValueError):
+    """An expression that cannot be parsed or uses something that is not allowed."""
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed, validated expression; call it with a parameter mapping."""
+
+    source: str
+    names: frozenset[str] = field(default_factory=frozenset)
+    _code: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, source: str) -> Expression:
+        if not isinstance(source, str) or not source.strip():
+            raise ExpressionError("an expression must be a non-empty string")
+        try:
+            tree = ast.parse(source.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ExpressionError(f"cannot parse expression {source!r}: {exc.msg}") from None
+        names: set[str] = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, _ALLOWED_NODES):
+                raise ExpressionError(
+                    f"expression {source!r} uses {type(node).__name__}, which is not allowed"
+                )
+            if isinstance(node, ast.Call):
+                if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS:
+                    raise ExpressionError(
+                        f"expression {source!r} calls something other than "
+                        f"{sorted(_FUNCTIONS)}"
+                    )
+                if node.keywords:
+                    raise ExpressionError(f"expression {source!r}: keyword arguments not allowed")
+            elif isinstance(node, ast.Name) and node.id not in _FUNCTIONS:
+                names.add(node.id)
+        code = compile(tree, "<expression>", "eval")
+        return cls(source=source.strip(), names=frozenset(names), _code=code)
+
+    def __call__(self, params: Mapping[str, Any]) -> Any:
+        missing = self.names.difference(params)
+        if missing:
+            raise ExpressionError(
+                f"expression {self.source!r} names {sorted(missing)}, which the vector "
+                f"does not have (it has {sorted(params)})"
+            )
+        scope = dict(_FUNCTIONS)
+        scope.update(params)
+        try:
+            return eval(self._code, {"__builtins__": {}}, scope)
+        except ZeroDivisionError:
+            return False
+        except TypeError as exc:
+            raise ExpressionError(f"expression {self.source!r}: {exc}") from None

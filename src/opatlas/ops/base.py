@@ -1,0 +1,107 @@
+"""The ``Op`` base class every catalog entry derives from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from opatlas.errors import InvalidShape
+
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def dtype_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise InvalidShape(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BYTES)}") from None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A validity rule: ``predicate(params)`` must hold, else the vector is invalid for ``reason``."""
+
+    reason: str
+    predicate: Callable[[Mapping[str, Any]], bool]
+
+
+class Op:
+    """One operator. Subclasses set the class attributes and implement the counting methods;
+    ops that run on PyTorch implement :meth:`build` and :meth:`forward` and inherit the rest.
+
+    ``params`` are required shape parameters, ``defaults`` optional ones. FLOPs and bytes are
+    per pass (``fwd``, ``bwd``; ``step`` for ops with a single pass such as optimizers).
+    """
+
+    name: ClassVar[str] = ""
+    params: ClassVar[tuple[str, ...]] = ()
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    passes: ClassVar[tuple[str, ...]] = ("fwd", "bwd")
+    rules: ClassVar[tuple[Rule, ...]] = ()
+    accepts_extra: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+
+    # -- parameters -------------------------------------------------------------------------
+    def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults filled in; raises ``InvalidShape`` when a required parameter is missing."""
+        out = {**self.defaults, **params}
+        missing = [p for p in self.params if p not in out]
+        if missing:
+            raise InvalidShape(f"op {self.name!r} is missing parameter(s) {missing}")
+        out.setdefault("dtype", "fp32")
+        return out
+
+    def invalid_reason(self, params: Mapping[str, Any]) -> str | None:
+        """The reason of the first rule the (resolved) parameters break, or None if valid."""
+        for rule in self.rules:
+            try:
+                ok = rule.predicate(params)
+            except (ZeroDivisionError, TypeError, ValueError):
+                ok = False
+            if not ok:
+                return rule.reason
+        return None
+
+    # -- analytical counts ------------------------------------------------------------------
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return dict.fromkeys(self.passes, 0.0)
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return dict.fromkeys(self.passes, 0.0)
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        """Shape -> model features (numeric). Default: the numeric parameters themselves."""
+        return {k: float(v) for k, v in p.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)}
+
+    # -- execution --------------------------------------------------------------------------
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        """Allocate inputs for one vector on ``device``; returns the op's state."""
+        raise NotImplementedError(f"op {self.name!r} cannot run on a device")
+
+    def forward(self, state: Any) -> Any:
+        raise NotImplementedError
+
+    def prepare(self, state: Any, pass_: str) -> Any:
+        """Untimed work before one timed pass (for ``bwd``: the forward that builds the graph)."""
+        if pass_ == "bwd":
+            out = self.forward(state)
+            return out, _grad_like(out)
+        return None
+
+    def execute(self, state: Any, pass_: str, prepared: Any) -> None:
+        """The timed work of one pass."""
+        if pass_ == "fwd":
+            self.forward(state)
+        elif pass_ == "bwd":
+            out, grad = prepared
+            out.backward(grad)
+        else:
+            raise InvalidShape(f"op {self.name!r} has no pass {pass_!r}")
+
+
+def _grad_like(out: Any) -> Any:
+    import torch
+
+    return torch.ones_like(out)

@@ -1,0 +1,308 @@
+"""The first catalog entries: linear, bmm, layernorm, softmax, gelu, flash_attention, noop.
+
+Shape parameters are named as in estimate-train-time's kernel-sampling guide: ``mp`` (tensor
+parallel degree), ``b`` (micro-batch), ``h`` (heads), ``l`` (sequence length), ``dim`` (hidden).
+FLOP counts use 2 per multiply-add for matrix products; elementwise ops count the arithmetic of
+their reference formula per element (documented per op). Minimum bytes count each tensor that
+must be read or written once, at the op's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from opatlas.ops.base import Op, Rule, dtype_bytes
+from opatlas.ops.registry import register_alias, register_op
+from opatlas.ops.torchutil import randn
+
+LINEAR_ROLES = ("qkv", "out", "ffn_up", "ffn_down", "vocab")
+
+
+def _ffn(p: Mapping[str, Any]) -> int:
+    return int(p["ffn"]) if p.get("ffn") else 4 * int(p["dim"])
+
+
+def padded_vocab(vocab: int, mp: int, multiple: int = 128) -> int:
+    """Megatron/GPT-NeoX vocabulary padding: a multiple of ``multiple·mp``."""
+    unit = multiple * mp
+    return math.ceil(vocab / unit) * unit
+
+
+def linear_dims(p: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(tokens, in_features, out_features) of one tensor-parallel shard of a transformer linear."""
+    mp, dim, role = int(p["mp"]), int(p["dim"]), p["role"]
+    tokens = int(p["b"]) * int(p["l"])
+    if role == "qkv":
+        return tokens, dim, 3 * dim // mp
+    if role == "out":
+        return tokens, dim // mp, dim
+    if role == "ffn_up":
+        return tokens, dim, _ffn(p) // mp
+    if role == "ffn_down":
+        return tokens, _ffn(p) // mp, dim
+    if role == "vocab":
+        return tokens, dim, padded_vocab(int(p["vocab"]), mp) // mp
+    raise ValueError(f"unknown linear role {role!r}; one of {LINEAR_ROLES}")
+
+
+@register_op
+class Linear(Op):
+    """``y = x·Wᵀ`` for one TP shard: fwd 2·T·in·out FLOPs, bwd 4·T·in·out (dgrad + wgrad)."""
+
+    name = "linear"
+    params = ("b", "l", "dim")
+    defaults = {"mp": 1, "role": "qkv", "ffn": 0, "vocab": 50257}
+    description = "transformer linear layer (roles qkv/out/ffn_up/ffn_down/vocab), one TP shard"
+    rules = (
+        Rule("role not one of " + "/".join(LINEAR_ROLES), lambda p: p["role"] in LINEAR_ROLES),
+        Rule("dim % mp != 0", lambda p: p["dim"] % p["mp"] == 0),
+        Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0),
+    )
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, i, o = linear_dims(p)
+        return {"fwd": 2.0 * t * i * o, "bwd": 4.0 * t * i * o}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, i, o = linear_dims(p)
+        e = dtype_bytes(p["dtype"])
+        # fwd: read x, W; write y.  bwd: read dy, x, W; write dx, dW.
+        return {"fwd": e * (t * i + i * o + t * o), "bwd": e * (2 * t * i + 2 * i * o + t * o)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, i, o = linear_dims(p)
+        return {"tokens": t, "in_features": i, "out_features": o}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        t, i, o = linear_dims(p)
+        return (randn(t, i, dtype=p["dtype"], device=device),
+                randn(o, i, dtype=p["dtype"], device=device))
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, w = state
+        return torch.nn.functional.linear(x, w)
+
+
+def _heads_rules() -> tuple[Rule, ...]:
+    return (
+        Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),
+        Rule("dim % h != 0", lambda p: p["dim"] % p["h"] == 0),
+        Rule("dim % mp != 0", lambda p: p["dim"] % p["mp"] == 0),
+    )
+
+
+def bmm_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """Attention-score BMM Q·Kᵀ of one shard: (batch=b·h/mp, M=l, K=dim/h, N=l)."""
+    return int(p["b"]) * int(p["h"]) // int(p["mp"]), int(p["l"]), int(p["dim"]) // int(p["h"]), \
+        int(p["l"])
+
+
+@register_op
+class Bmm(Op):
+    """Batched matmul (B, M, K)·(B, K, N): fwd 2·B·M·K·N FLOPs, bwd twice that."""
+
+    name = "bmm"
+    params = ("b", "h", "l", "dim")
+    defaults = {"mp": 1}
+    description = "attention-score batched matmul Q·Kᵀ per TP shard"
+    rules = _heads_rules()
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        bb, m, k, n = bmm_dims(p)
+        return {"fwd": 2.0 * bb * m * k * n, "bwd": 4.0 * bb * m * k * n}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        bb, m, k, n = bmm_dims(p)
+        e = dtype_bytes(p["dtype"])
+        return {"fwd": e * bb * (m * k + k * n + m * n), "bwd": e * bb * (m * n + 2 * m * k + 2 * k * n)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        bb, m, k, n = bmm_dims(p)
+        return {"batch": bb, "m": m, "k": k, "n": n}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        bb, m, k, n = bmm_dims(p)
+        return (randn(bb, m, k, dtype=p["dtype"], device=device),
+                randn(bb, k, n, dtype=p["dtype"], device=device))
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        return torch.bmm(*state)
+
+
+class _Rowwise(Op):
+    """Shared counting for ops over ``rows × width`` elements."""
+
+    fwd_flops_per_elem: float = 0.0
+    bwd_flops_per_elem: float = 0.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def param_elems(self, p: Mapping[str, Any]) -> int:
+        return 0
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        return {"fwd": self.fwd_flops_per_elem * r * w, "bwd": self.bwd_flops_per_elem * r * w}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        n, e, q = r * w, dtype_bytes(p["dtype"]), self.param_elems(p)
+        # fwd: read x (+params), write y.  bwd: read dy and the saved input, write dx (+dparams).
+        return {"fwd": e * (2 * n + q), "bwd": e * (3 * n + 2 * q)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        return {"rows": r, "width": w}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        r, w = self.shape2d(p)
+        return randn(r, w, dtype=p["dtype"], device=device)
+
+
+@register_op
+class LayerNorm(_Rowwise):
+    """LayerNorm over ``dim``: 8 FLOPs/elem fwd (mean 1, variance 3, normalise 2, affine 2),
+    14 bwd (the two row reductions and the elementwise chain of the standard backward)."""
+
+    name = "layernorm"
+    params = ("b", "l", "dim")
+    description = "LayerNorm over the hidden dimension"
+    fwd_flops_per_elem, bwd_flops_per_elem = 8.0, 14.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return int(p["b"]) * int(p["l"]), int(p["dim"])
+
+    def param_elems(self, p: Mapping[str, Any]) -> int:
+        return 2 * int(p["dim"])
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        x = super().build(p, device)
+        w = randn(int(p["dim"]), dtype=p["dtype"], device=device)
+        b = randn(int(p["dim"]), dtype=p["dtype"], device=device)
+        return x, w, b
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, w, b = state
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+
+
+@register_op
+class Softmax(_Rowwise):
+    """Softmax over the last axis of (b, h/mp, l, l) scores: 5 FLOPs/elem fwd (max, subtract,
+    exp, sum, divide), 4 bwd (``y·(dy − Σ dy·y)``)."""
+
+    name = "softmax"
+    params = ("b", "h", "l")
+    defaults = {"mp": 1}
+    description = "attention softmax over (b, h/mp, l, l)"
+    rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
+    fwd_flops_per_elem, bwd_flops_per_elem = 5.0, 4.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return int(p["b"]) * int(p["h"]) // int(p["mp"]) * int(p["l"]), int(p["l"])
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        return torch.softmax(state, dim=-1)
+
+
+@register_op
+class Gelu(_Rowwise):
+    """GELU (tanh form) on the FFN activation (b·l, ffn/mp): 8 FLOPs/elem fwd
+    (x³, 2 mul-adds, tanh, 1+, 2 muls), 13 bwd (the derivative of the same formula, times dy)."""
+
+    name = "gelu"
+    params = ("b", "l", "dim")
+    defaults = {"mp": 1, "ffn": 0}
+    description = "GELU on the FFN activation of one TP shard"
+    rules = (Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0),)
+    fwd_flops_per_elem, bwd_flops_per_elem = 8.0, 13.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return int(p["b"]) * int(p["l"]), _ffn(p) // int(p["mp"])
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        return torch.nn.functional.gelu(state, approximate="tanh")
+
+
+def attention_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(batch b, heads per shard h/mp, sequence l, head dim dim/h)."""
+    return int(p["b"]), int(p["h"]) // int(p["mp"]), int(p["l"]), int(p["dim"]) // int(p["h"])
+
+
+@register_op
+class FlashAttention(Op):
+    """Fused attention (PyTorch SDPA) of one TP shard. FLOPs: 4·b·h·l²·d fwd (QKᵀ and PV),
+    halved when causal; bwd 2.5× fwd (five matmuls, QKᵀ recomputed). Bytes: q, k, v, o once fwd;
+    q, k, v, o, do read and dq, dk, dv written bwd."""
+
+    name = "flash_attention"
+    params = ("b", "h", "l", "dim")
+    defaults = {"mp": 1, "causal": 1}
+    description = "fused scaled-dot-product attention (flash backend where available)"
+    rules = _heads_rules()
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        b, h, l, d = attention_dims(p)
+        f = 4.0 * b * h * l * l * d * (0.5 if p["causal"] else 1.0)
+        return {"fwd": f, "bwd": 2.5 * f}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        b, h, l, d = attention_dims(p)
+        t = b * h * l * d * dtype_bytes(p["dtype"])
+        return {"fwd": 4.0 * t, "bwd": 8.0 * t}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        b, h, l, d = attention_dims(p)
+        return {"b": b, "heads": h, "l": l, "head_dim": d}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        b, h, l, d = attention_dims(p)
+        q, k, v = (randn(b, h, l, d, dtype=p["dtype"], device=device) for _ in range(3))
+        return q, k, v, bool(p["causal"])
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        q, k, v, causal = state
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+@register_op
+class Noop(Op):
+    """Does nothing; measures the runner's own overhead. Takes any parameters."""
+
+    name = "noop"
+    params = ()
+    accepts_extra = True
+    description = "no work at all (runner-overhead benchmark)"
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        return None
+
+    def prepare(self, state: Any, pass_: str) -> Any:
+        return None
+
+    def execute(self, state: Any, pass_: str, prepared: Any) -> None:
+        return None
+
+
+# estimate-train-time kernel names -> opatlas ops (their sampling YAMLs load unchanged)
+register_alias("linear1", "linear", role="qkv")
+register_alias("linear2", "linear", role="out")
+register_alias("linear3", "linear", role="ffn_up")
+register_alias("linear4", "linear", role="ffn_down")
+register_alias("linear_final", "linear", role="vocab")
+register_alias("flash_atten", "flash_attention")

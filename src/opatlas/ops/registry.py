@@ -1,0 +1,96 @@
+"""The op registry: names and aliases -> ``Op`` instances; user modules and entry points."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, TypeVar
+
+from opatlas.errors import OpatlasError, UnknownOpError
+from opatlas.ops.base import Op
+
+_OPS: dict[str, Op] = {}
+_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {}
+_BUILTINS_LOADED = False
+_ENTRY_POINTS_LOADED = False
+
+T = TypeVar("T", bound=type[Op])
+
+
+def register_op(cls: T) -> T:
+    """Class decorator: instantiate and register an op under ``cls.name``."""
+    if not cls.name:
+        raise OpatlasError(f"op class {cls.__name__} has no name")
+    _OPS[cls.name] = cls()
+    return cls
+
+
+def register_alias(alias: str, op: str, **fixed: Any) -> None:
+    """``alias`` runs ``op`` with ``fixed`` parameters (e.g. ett's ``linear1`` = linear/qkv)."""
+    _ALIASES[alias] = (op, dict(fixed))
+
+
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module("opatlas.ops.basic")
+        importlib.import_module("opatlas.ops.faults")
+
+
+def _load_entry_points() -> None:
+    global _ENTRY_POINTS_LOADED
+    if not _ENTRY_POINTS_LOADED:
+        _ENTRY_POINTS_LOADED = True
+        for ep in entry_points(group="opatlas.ops"):
+            ep.load()
+
+
+def get_op(name: str) -> tuple[Op, dict[str, Any]]:
+    """The op for a name or alias, and the parameters the alias fixes."""
+    _load_builtins()
+    for attempt in range(2):
+        if name in _OPS:
+            return _OPS[name], {}
+        if name in _ALIASES:
+            target, fixed = _ALIASES[name]
+            return get_op(target)[0], dict(fixed)
+        if attempt == 0:
+            _load_entry_points()
+    raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
+
+
+def list_ops(include_aliases: bool = False) -> list[str]:
+    _load_builtins()
+    names = [n for n in _OPS if not n.startswith("fault")]
+    if include_aliases:
+        names += list(_ALIASES)
+    return sorted(names)
+
+
+def load_ops_module(path: str | Path) -> None:
+    """Import a user's module (a file path or a dotted name) so that its ops register."""
+    p = Path(path)
+    if p.suffix == ".py" or p.exists():
+        if not p.is_file():
+            raise OpatlasError(f"--ops-module {path}: no such file")
+        mod_name = f"opatlas_user_ops_{abs(hash(str(p.resolve())))}"
+        if mod_name in sys.modules:
+            return
+        spec = importlib.util.spec_from_file_location(mod_name, p)
+        if spec is None or spec.loader is None:
+            raise OpatlasError(f"--ops-module {path}: cannot be imported")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    else:
+        importlib.import_module(str(path))
+
+
+def resolved_params(op_name: str, params: Mapping[str, Any]) -> tuple[Op, dict[str, Any]]:
+    op, fixed = get_op(op_name)
+    return op, op.resolve({**fixed, **params})

@@ -1,0 +1,73 @@
+"""Progress on long work: a rich bar on a terminal, a log line every N vectors otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from typing import Any, TextIO
+
+
+def format_eta(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    d, rem = divmod(seconds, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"{d}d{h}h{m:02d}m{s:02d}s" if d else f"{h}h{m:02d}m{s:02d}s"
+
+
+class Progress:
+    def __init__(self, total: int, *, label: str, interactive: bool | None = None,
+                 log_every: int = 100, stream: TextIO | None = None) -> None:
+        self.total, self.label, self.log_every = total, label, max(1, log_every)
+        self.stream = stream or sys.stderr
+        self.interactive = self.stream.isatty() if interactive is None else interactive
+        self.done = 0
+        self.status: Counter[str] = Counter()
+        self.t0 = time.monotonic()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.interactive and self.total:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = __import__("rich.progress").progress.Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:.1f} vec/s"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[stat]}"),
+                console=Console(file=self.stream),
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.label, total=self.total, rate=0.0, stat="")
+        return self
+
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.t0
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def advance(self, status: str) -> None:
+        self.done += 1
+        self.status[status] += 1
+        stat = " ".join(f"{k} {v}" for k, v in sorted(self.status.items()))
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, rate=self.rate(), stat=stat)
+        elif self.done % self.log_every == 0 or self.done == self.total:
+            rate = self.rate()
+            eta = (self.total - self.done) / rate if rate else 0.0
+            pct = 100.0 * self.done / self.total if self.total else 100.0
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            print(f"[{stamp}] {self.label} | {self.done}/{self.total}={pct:.2f}% | "
+                  f"{rate:.2f} vec/s | ETA {format_eta(eta)} | {stat}",
+                  file=self.stream, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)

@@ -1,0 +1,135 @@
+"""The worker process that executes vectors, and the parent-side handle that guards it.
+
+A vector runs in a long-lived child process. The parent waits for its answer at most
+``timeout`` seconds: a hang is killed and recorded as ``timeout``; a child that dies (segfault,
+``os._exit``, the OOM killer) is recorded as ``crash`` with its signal or exit code; either way
+a fresh worker is started and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opatlas.errors import InvalidShape
+
+
+@dataclass
+class Outcome:
+    status: str
+    timings: dict[str, list[int]] | None = None
+    message: str = ""
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, InvalidShape):
+        return "invalid"
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" \
+            or "out of memory" in str(exc).lower():
+        return "oom"
+    return "error"
+
+
+def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str]) -> None:
+    """Child loop: receive (op, params, passes, repeats, warmup); answer with an outcome."""
+    from opatlas.backends import get_backend
+    from opatlas.ops import load_ops_module
+    from opatlas.ops.registry import resolved_params
+
+    for m in ops_modules:
+        load_ops_module(m)
+    backend = get_backend(backend_name)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if msg is None:
+            return
+        op_name, params, passes, repeats, warmup = msg
+        try:
+            op, full = resolved_params(op_name, params)
+            timings = backend.measure(op, full, passes, repeats, warmup)
+            conn.send(("ok", timings, ""))
+        except BaseException as exc:  # every failure is reported, never fatal to the sweep
+            status = _classify(exc)
+            if status == "oom":
+                backend.cleanup()
+            conn.send((status, None, f"{type(exc).__name__}: {exc}"[:2000]))
+
+
+class WorkerHandle:
+    """Parent side of one worker; restarts it after a crash or a timeout."""
+
+    def __init__(self, backend_name: str, ops_modules: Sequence[str] = (),
+                 start_method: str = "spawn") -> None:
+        self.backend_name = backend_name
+        self.ops_modules = list(ops_modules)
+        self.ctx = mp.get_context(start_method)
+        self.proc: Any = None
+        self.conn: Any = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=worker_main, daemon=True,
+                                     args=(child, self.backend_name, self.ops_modules))
+        self.proc.start()
+        child.close()
+        self.conn = parent
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+    def run(self, op: str, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
+            warmup: int, timeout: float) -> Outcome:
+        if self.proc is None or not self.proc.is_alive():
+            if self.proc is not None:
+                self.restarts += 1
+            self._start()
+        try:
+            self.conn.send((op, dict(params), list(passes), repeats, warmup))
+            ready = self.conn.poll(timeout)
+        except (BrokenPipeError, OSError):
+            ready = True
+        if not ready:
+            self._kill()
+            self.restarts += 1
+            return Outcome("timeout", message=f"no result within {timeout:g} s; worker killed")
+        try:
+            status, timings, message = self.conn.recv()
+            return Outcome(status, timings, message)
+        except (EOFError, OSError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            self._kill()
+            return Outcome("crash", message=f"worker process died ({_describe_exit(code)})")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self.proc.join(2)
+        self._kill()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,146 @@
+"""Load a spec from a file, a built-in name, or a mapping; every failure is a ``SpecError``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from opatlas.errors import SpecError, UnknownOpError
+from opatlas.spec.model import SweepSpec
+
+ETT_KEYS = ("starts", "steps", "ends", "operators")
+
+
+def _builtin_path(name: str) -> Path | None:
+    candidate = resources.files("opatlas") / "specs" / f"{name}.yml"
+    return Path(str(candidate)) if candidate.is_file() else None
+
+
+def resolve_spec(name_or_path: str | Path) -> SweepSpec:
+    """A spec by path, or by the name of a built-in spec (``opatlas sweep list``)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return load_spec(path)
+    builtin = _builtin_path(str(name_or_path))
+    if builtin is not None:
+        return load_spec(builtin)
+    from opatlas.sweep.builtin import builtin_spec  # local: builtin specs may import ops
+
+    spec = builtin_spec(str(name_or_path))
+    if spec is not None:
+        return spec
+    raise SpecError("no such spec file, and no built-in spec of that name",
+                    file=str(name_or_path))
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read the file: {exc.strerror}", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"not valid YAML{where}: {problem}", file=str(path)) from None
+    if not isinstance(data, Mapping):
+        raise SpecError("a spec must be a YAML mapping at the top level", file=str(path),
+                        value=type(data).__name__)
+    data = dict(data)
+    data.setdefault("name", path.stem)
+    return spec_from_mapping(data, file=str(path))
+
+
+def spec_from_mapping(data: Mapping[str, Any], *, file: str = "<spec>") -> SweepSpec:
+    """Validate a mapping in either dialect; check the op exists and gets the parameters it needs."""
+    data = dict(data)
+    if "kernel_name" in data or any(k in data for k in ETT_KEYS):
+        data = _from_ett(data, file)
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _spec_error(exc, data, file) from None
+    _check_op(spec, file)
+    return spec
+
+
+def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> SpecError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "lax-"))]
+    # pydantic adds union-branch names to loc; keep the path of keys the user wrote
+    keys, node = [], data
+    for part in loc:
+        if isinstance(node, Mapping) and part in node:
+            keys.append(part)
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            keys.append(part)
+            node = node[int(part)]
+    key = ".".join(keys) if keys else (loc[0] if loc else None)
+    value = node if keys else err.get("input")
+    msg = err["msg"]
+    if err["type"] == "missing":
+        missing = loc[len(keys)] if len(loc) > len(keys) else (key or "?")
+        return SpecError(f"required key '{missing}' is missing", file=file,
+                         key=".".join([*keys, missing]) if keys else missing)
+    extra = "" if len(exc.errors()) == 1 else f" ({len(exc.errors()) - 1} more problem(s))"
+    return SpecError(f"{msg}{extra}", file=file, key=key, value=value)
+
+
+def _from_ett(data: dict[str, Any], file: str) -> dict[str, Any]:
+    """estimate-train-time kernel-sampling YAML -> opatlas spec mapping (the file is unchanged)."""
+    for key in ("kernel_name", "columns_name", "first_n_column", *ETT_KEYS):
+        if key not in data:
+            raise SpecError(f"required key '{key}' is missing (estimate-train-time config)",
+                            file=file, key=key)
+    n = data["first_n_column"]
+    cols = data["columns_name"]
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise SpecError("must be a positive integer", file=file, key="first_n_column", value=n)
+    if not isinstance(cols, list) or len(cols) < n:
+        raise SpecError(f"must list at least first_n_column={n} names", file=file,
+                        key="columns_name", value=cols)
+    for key in ETT_KEYS:
+        if not isinstance(data[key], list) or len(data[key]) != n:
+            raise SpecError(f"must be a list of first_n_column={n} entries", file=file,
+                            key=key, value=data[key])
+    params: dict[str, Any] = {}
+    for i, name in enumerate(cols[:n]):
+        params[str(name)] = {"start": data["starts"][i], "step": data["steps"][i],
+                             "end": data["ends"][i], "operator": data["operators"][i]}
+    wait, warm = data.get("wait", 0), data.get("warmup", 0)
+    upstream = {k: v for k, v in data.items() if k not in ETT_KEYS}
+    return {
+        "name": data.get("name") or str(data["kernel_name"]),
+        "op": str(data["kernel_name"]),
+        "params": params,
+        "dtype": "fp16",
+        "repeats": data.get("active", 10),
+        "warmup": (wait if isinstance(wait, int) else 0) + (warm if isinstance(warm, int) else 0),
+        "source": "ett",
+        "upstream": upstream,
+    }
+
+
+def _check_op(spec: SweepSpec, file: str) -> None:
+    from opatlas.ops import get_op  # local import: ops may pull optional modules
+
+    try:
+        op, fixed = get_op(spec.op)
+    except UnknownOpError as exc:
+        raise SpecError(str(exc), file=file,
+                        key="kernel_name" if spec.source == "ett" else "op",
+                        value=spec.op) from None
+    provided = set(spec.params) | set(spec.fixed) | set(fixed) | {"dtype"}
+    missing = [p for p in op.params if p not in provided and p not in op.defaults]
+    if missing:
+        raise SpecError(f"op '{op.name}' needs parameter(s) {missing}, which the spec "
+                        f"does not give", file=file, key="params", value=sorted(provided))

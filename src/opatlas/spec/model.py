@@ -1,0 +1,121 @@
+"""The pydantic models of a sweep spec."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from opatlas.expressions import Expression, ExpressionError
+
+Scalar = int | float | str | bool
+MAX_RANGE_VALUES = 1_000_000
+PASSES = ("fwd", "bwd", "step")
+
+
+class ParamRange(BaseModel):
+    """``start, start∘step, ...`` up to and including ``end``; ∘ is + (``add``) or × (``mul``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: int | float
+    step: int | float
+    end: int | float
+    mode: Literal["add", "mul"] = Field(default="add", alias="operator")
+
+    @model_validator(mode="after")
+    def _check(self) -> ParamRange:
+        if self.mode == "add" and self.step <= 0:
+            raise ValueError(f"step must be > 0 with 'add', got {self.step}")
+        if self.mode == "mul" and self.step <= 1:
+            raise ValueError(f"step must be > 1 with 'mul', got {self.step}")
+        if self.mode == "mul" and self.start <= 0:
+            raise ValueError(f"start must be > 0 with 'mul', got {self.start}")
+        if self.start > self.end:
+            raise ValueError(f"empty range: start {self.start} > end {self.end}")
+        if self.mode == "add" and (self.end - self.start) / self.step + 1 > MAX_RANGE_VALUES:
+            raise ValueError(f"range has more than {MAX_RANGE_VALUES} values")
+        return self
+
+    def values(self) -> list[int | float]:
+        """The inclusive sequence; integers stay integers."""
+        out: list[int | float] = []
+        v = self.start
+        tol = abs(self.end) * 1e-12
+        while v <= self.end + tol:
+            out.append(v)
+            v = v + self.step if self.mode == "add" else v * self.step
+        return out
+
+
+ParamValues = list[Scalar] | ParamRange | Scalar
+
+
+class SweepSpec(BaseModel):
+    """What to run: one op, its parameters and how they vary, validity rules, suites, parts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    op: str = Field(min_length=1)
+    params: dict[str, ParamValues] = Field(min_length=1)
+    fixed: dict[str, Scalar] = Field(default_factory=dict)
+    dtype: str = "fp32"
+    passes: list[Literal["fwd", "bwd", "step"]] | None = None
+    constraints: list[str] = Field(default_factory=list)
+    suite_by: list[str] = Field(default_factory=list)
+    max_per_suite: int | None = Field(default=None, gt=0)
+    repeats: int = Field(default=10, gt=0, le=100_000)
+    warmup: int = Field(default=3, ge=0, le=100_000)
+    source: Literal["opatlas", "ett", "builtin"] = "opatlas"
+    upstream: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("params")
+    @classmethod
+    def _non_empty_lists(cls, params: dict[str, ParamValues]) -> dict[str, ParamValues]:
+        for key, val in params.items():
+            if not key.isidentifier():
+                raise ValueError(f"parameter name {key!r} is not an identifier")
+            if isinstance(val, list) and not val:
+                raise ValueError(f"parameter {key!r} has an empty list of values")
+        return params
+
+    @field_validator("constraints")
+    @classmethod
+    def _parse_constraints(cls, exprs: list[str]) -> list[str]:
+        for e in exprs:
+            try:
+                Expression.parse(e)
+            except ExpressionError as exc:
+                raise ValueError(str(exc)) from None
+        return exprs
+
+    @model_validator(mode="after")
+    def _suites_name_params(self) -> SweepSpec:
+        known = set(self.params) | set(self.fixed) | {"dtype"}
+        for key in self.suite_by:
+            if key not in known:
+                raise ValueError(f"suite_by names {key!r}, which is not a parameter")
+        for e in self.constraints:
+            unknown = Expression.parse(e).names - known
+            if unknown:
+                raise ValueError(f"constraint {e!r} names unknown parameters {sorted(unknown)}")
+        return self
+
+    def axes(self) -> list[tuple[str, list[Scalar]]]:
+        """The parameter axes in spec order, each with its expanded values."""
+        axes: list[tuple[str, list[Scalar]]] = []
+        for key, val in self.params.items():
+            if isinstance(val, ParamRange):
+                axes.append((key, list(val.values())))
+            elif isinstance(val, list):
+                axes.append((key, list(val)))
+            else:
+                axes.append((key, [val]))
+        return axes
+
+    def grid_size(self) -> int:
+        n = 1
+        for _, vals in self.axes():
+            n *= len(vals)
+        return n
