@@ -8,6 +8,7 @@ a fresh worker is started and the sweep goes on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
 from collections.abc import Mapping, Sequence
@@ -116,10 +117,8 @@ class WorkerHandle:
 
     def close(self) -> None:
         if self.conn is not None:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
             self.proc.join(2)
         self._kill()
 

@@ -64,6 +64,8 @@ def spec_from_mapping(data: Mapping[str, Any], *, file: str = "<spec>") -> Sweep
     data = dict(data)
     if "kernel_name" in data or any(k in data for k in ETT_KEYS):
         data = _from_ett(data, file)
+    if "name" not in data and isinstance(data.get("op"), str):
+        data["name"] = data["op"]
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:

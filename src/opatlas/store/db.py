@@ -234,6 +234,8 @@ class Store:
         if missing:
             raise StoreError(f"{path} lacks result column(s) {missing}")
         df["created_at"] = pd.to_datetime(df["created_at"])
+        for col in ("message", "versions_json"):  # CSV reads empty strings back as missing
+            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
         return self._insert_results_df(df)
 
 

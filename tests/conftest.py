@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_spec(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, check: bool = False
+            ) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "opatlas", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"opatlas {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
