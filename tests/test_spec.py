@@ -85,7 +85,7 @@ def test_bad_spec_is_one_clear_error_naming_file_and_key(tmp_path, spec, key, va
     with pytest.raises(SpecError) as info:
         load_spec(path)
     msg = str(info.value)
-    assert str(path) in msg and f"'{key.split('.')[0]}" in msg or key in msg
+    assert (str(path) in msg and f"'{key.split('.')[0]}" in msg) or key in msg
     if value is not None:
         assert repr(value) in msg
 
