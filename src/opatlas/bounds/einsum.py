@@ -1,0 +1,175 @@
+"""Einsum problem specs for the data-movement bounds: GEMM, BMM, grouped BMM, convolution and
+general index strings.
+
+A tensor dimension is a sum of ``coefficient × rank`` terms (a plain rank, or a sliding window
+such as the conv input width ``Wstride·P + Wdilation·R``); its extent for a tile is
+``Σ c·(t_rank − 1) + 1`` (the bounding box, as Timeloop's legacy analysis uses).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+Dim = tuple[tuple[str, int], ...]  # ((rank, coefficient), ...)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dims: tuple[Dim, ...]
+    read_write: bool = False
+
+    def ranks(self) -> set[str]:
+        return {r for d in self.dims for r, _ in d}
+
+    def extent(self, dim: Dim, sizes: dict[str, int]) -> int:
+        return sum(c * (sizes[r] - 1) for r, c in dim) + 1
+
+    def size(self, sizes: dict[str, int]) -> int:
+        return math.prod(self.extent(d, sizes) for d in self.dims)
+
+
+@dataclass(frozen=True)
+class Einsum:
+    """A two-level data-movement problem: ranks with sizes, tensors, word size in bytes."""
+
+    name: str
+    ranks: dict[str, int]
+    tensors: tuple[Tensor, ...]
+    word_bytes: int = 1
+    ops_override: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for r, n in self.ranks.items():
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"rank {r} must be a positive integer, got {n!r}")
+        known = set(self.ranks)
+        for t in self.tensors:
+            if not t.ranks() <= known:
+                raise ValueError(f"tensor {t.name} uses unknown ranks {sorted(t.ranks() - known)}")
+        if sum(t.read_write for t in self.tensors) != 1:
+            raise ValueError("exactly one tensor must be read-write (the output)")
+
+    @property
+    def macs(self) -> int:
+        return math.prod(self.ranks.values())
+
+    @property
+    def output(self) -> Tensor:
+        return next(t for t in self.tensors if t.read_write)
+
+    def tensor_size(self, name: str) -> int:
+        return next(t for t in self.tensors if t.name == name).size(self.ranks)
+
+    @property
+    def total_operand_size(self) -> int:
+        """Σ |T| in words: the algorithmic minimum of backing-store accesses."""
+        return sum(t.size(self.ranks) for t in self.tensors)
+
+    @property
+    def ops(self) -> int:
+        """Operations for OI with first-read elision: 2·MACs − |O| (or the given override)."""
+        if self.ops_override is not None:
+            return self.ops_override
+        return 2 * self.macs - self.output.size(self.ranks)
+
+    def with_word_bytes(self, word_bytes: int) -> Einsum:
+        return Einsum(self.name, dict(self.ranks), self.tensors, word_bytes, self.ops_override)
+
+
+def _d(*terms: str | tuple[str, int]) -> Dim:
+    return tuple((t, 1) if isinstance(t, str) else t for t in terms)
+
+
+def gemm(M: int, K: int, N: int, word_bytes: int = 1) -> Einsum:
+    """A[M,K]·B[K,N] -> C[M,N]; named as the artifact's ``Conv(P=M, C=K, K=N)``."""
+    return Einsum(
+        f"{M}_{K}_{N}", {"M": M, "K": K, "N": N},
+        (Tensor("Weights", (_d("K"), _d("N"))), Tensor("Inputs", (_d("M"), _d("K"))),
+         Tensor("Outputs", (_d("M"), _d("N")), read_write=True)), word_bytes)
+
+
+def bmm(B: int, M: int, K: int, N: int, word_bytes: int = 1) -> Einsum:
+    return Einsum(
+        f"bmm_{B}_{M}_{K}_{N}", {"B": B, "M": M, "K": K, "N": N},
+        (Tensor("Weights", (_d("B"), _d("K"), _d("N"))),
+         Tensor("Inputs", (_d("B"), _d("M"), _d("K"))),
+         Tensor("Outputs", (_d("B"), _d("M"), _d("N")), read_write=True)), word_bytes)
+
+
+def gbmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1) -> Einsum:
+    """The artifact's grouped BMM template: Inputs[H,M,K], Weights[G,K,N], Outputs[H,M,N],
+    dims H, G, M, K, N (so Timeloop's compute is H·G·M·K·N, which the artifact notes is
+    inflated by G; Fig. 14 overrides OI with the true compute)."""
+    return Einsum(
+        f"gbmm_{M}_{K}_{N}_{H}_{G}", {"H": H, "G": G, "M": M, "K": K, "N": N},
+        (Tensor("Weights", (_d("G"), _d("K"), _d("N"))),
+         Tensor("Inputs", (_d("H"), _d("M"), _d("K"))),
+         Tensor("Outputs", (_d("H"), _d("M"), _d("N")), read_write=True)), word_bytes)
+
+
+def conv(R: int = 1, S: int = 1, P: int = 1, Q: int = 1, C: int = 1, K: int = 1, N: int = 1,
+         Wstride: int = 1, Hstride: int = 1, Wdilation: int = 1, Hdilation: int = 1,
+         word_bytes: int = 1) -> Einsum:
+    """Timeloop's ``cnn-layer``: Weights[R,S,C,K], Inputs[N,C,W,H] with W = Wstride·P +
+    Wdilation·R and H = Hstride·Q + Hdilation·S, Outputs[N,K,P,Q]. Named as the artifact's
+    ``Conv.to_str()``: ``R_S_P_Q_C_K_N_Wstride_Hstride_Wdilation_Hdilation``."""
+    name = f"{R}_{S}_{P}_{Q}_{C}_{K}_{N}_{Wstride}_{Hstride}_{Wdilation}_{Hdilation}"
+    return Einsum(
+        name, {"R": R, "S": S, "P": P, "Q": Q, "C": C, "K": K, "N": N},
+        (Tensor("Weights", (_d("R"), _d("S"), _d("C"), _d("K"))),
+         Tensor("Inputs", (_d("N"), _d("C"), _d(("P", Wstride), ("R", Wdilation)),
+                           _d(("Q", Hstride), ("S", Hdilation)))),
+         Tensor("Outputs", (_d("N"), _d("K"), _d("P"), _d("Q")), read_write=True)), word_bytes)
+
+
+def from_index_string(spec: str, dims: dict[str, int], word_bytes: int = 1) -> Einsum:
+    """A general Einsum from ``"mk,kn->mn"``; each letter is a rank, sized by ``dims``."""
+    m = re.fullmatch(r"\s*([a-zA-Z,\s]+)->\s*([a-zA-Z]+)\s*", spec)
+    if not m:
+        raise ValueError(f"einsum {spec!r}: expected inputs '->' output, e.g. 'mk,kn->mn'")
+    inputs = [s.strip() for s in m.group(1).split(",") if s.strip()]
+    out = m.group(2)
+    letters = sorted(set("".join(inputs)) | set(out), key=("".join(inputs) + out).index)
+    missing = [c for c in letters if c not in dims]
+    if missing:
+        raise ValueError(f"einsum {spec!r}: no size for rank(s) {missing}; give --dims")
+    if not set(out) <= set("".join(inputs)):
+        raise ValueError(f"einsum {spec!r}: output ranks must appear in an input")
+    tensors = [Tensor(f"In{i}" if len(inputs) > 2 else ("Inputs", "Weights")[i],
+                      tuple(_d(c) for c in s)) for i, s in enumerate(inputs)]
+    tensors.append(Tensor("Outputs", tuple(_d(c) for c in out), read_write=True))
+    name = spec.replace(" ", "") + "_" + "_".join(f"{c}{dims[c]}" for c in letters)
+    return Einsum(name, {c: int(dims[c]) for c in letters}, tuple(tensors), word_bytes)
+
+
+_CALL = re.compile(r"\s*(Conv|GBMM|GEMM|BMM)\s*\((.*)\)\s*$", re.IGNORECASE)
+
+
+def parse_problem(text: str, word_bytes: int = 1) -> Einsum:
+    """Artifact names: ``Conv(P=16384, C=1024, K=1024)``, ``GBMM(M=.., K=.., N=.., H=.., G=..)``,
+    ``3_3_16_16_64_64_1_1_1_1_1`` (``Conv.to_str``), ``gbmm_M_K_N_H_G``, or ``M_K_N``."""
+    m = _CALL.match(text)
+    if m:
+        kind = m.group(1).lower()
+        kwargs = {}
+        for part in filter(None, (p.strip() for p in m.group(2).split(","))):
+            key, _, val = part.partition("=")
+            kwargs[key.strip()] = int(val)
+        if kind == "conv":
+            return conv(**kwargs, word_bytes=word_bytes)
+        if kind == "gbmm":
+            return gbmm(**kwargs, word_bytes=word_bytes)
+        if kind == "bmm":
+            return bmm(**kwargs, word_bytes=word_bytes)
+        return gemm(**kwargs, word_bytes=word_bytes)
+    parts = text.strip().split("_")
+    if parts[0] == "gbmm" and len(parts) == 6:
+        return gbmm(*map(int, parts[1:]), word_bytes=word_bytes)
+    if len(parts) == 11:
+        return conv(*map(int, parts), word_bytes=word_bytes)
+    if len(parts) == 3:
+        return gemm(*map(int, parts), word_bytes=word_bytes)
+    raise ValueError(f"cannot read problem {text!r}")

@@ -1,0 +1,140 @@
+"""The Pareto frontier of (buffer size, backing-store accesses), with the artifact's rules:
+best accesses per buffer size, then only points that strictly improve on every smaller buffer.
+Lookups are step functions: the bound at capacity B is the last point with buffer ≤ B."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from opatlas.bounds.einsum import Einsum
+from opatlas.bounds.mapspace import Mapspace, build_mapspace
+
+
+def pareto_indices(buffer: np.ndarray, accesses: np.ndarray) -> np.ndarray:
+    """Indices of the frontier points, ascending buffer, strictly decreasing accesses."""
+    order = np.lexsort((accesses, buffer))
+    b, a = buffer[order], accesses[order]
+    first = np.ones(len(b), dtype=bool)
+    first[1:] = b[1:] != b[:-1]  # best accesses per buffer size
+    order, a = order[first], a[first]
+    prev_min = np.minimum.accumulate(np.concatenate(([np.iinfo(np.int64).max], a[:-1])))
+    return order[a < prev_min]
+
+
+@dataclass
+class Frontier:
+    """A single-Einsum bound: frontier points plus the problem's reference values."""
+
+    einsum: Einsum
+    buffer: np.ndarray     # words, ascending
+    accesses: np.ndarray   # words, strictly decreasing
+    mappings: list[dict[str, Any]] = field(default_factory=list)
+    per_tensor: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    mapspace_size: int = 0
+    tilings: int = 0
+    imperfect: bool = False
+
+    # -- reference values ---------------------------------------------------------------------
+    @property
+    def algo_min(self) -> int:
+        return self.einsum.total_operand_size
+
+    @property
+    def algo_max(self) -> int:
+        """3·MACs: every operand moved for every MAC (the artifact's dashed 'Algo max')."""
+        return 3 * self.einsum.macs
+
+    @property
+    def max_effectual_buffer(self) -> int:
+        """The smallest buffer that attains the minimum accesses (the last frontier point)."""
+        return int(self.buffer[-1])
+
+    @property
+    def max_effectual_ratio(self) -> float:
+        return self.max_effectual_buffer / self.einsum.total_operand_size
+
+    def oi(self, accesses: np.ndarray | int | None = None) -> np.ndarray:
+        """Operational intensity in ops per byte: (2·MACs − |O|) / (accesses·word bytes)."""
+        a = self.accesses if accesses is None else np.asarray(accesses)
+        return self.einsum.ops / (a * self.einsum.word_bytes)
+
+    # -- lookups ------------------------------------------------------------------------------
+    def lookup(self, buffer: float) -> int | None:
+        """Minimum attainable accesses with ``buffer`` words on chip; None below the first point."""
+        i = int(np.searchsorted(self.buffer, buffer, side="right")) - 1
+        return None if i < 0 else int(self.accesses[i])
+
+    def lookup_many(self, buffers: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(self.buffer, np.asarray(buffers), side="right") - 1
+        return np.where(i < 0, np.nan, self.accesses[np.maximum(i, 0)].astype(float))
+
+    # -- outputs ------------------------------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        df = pd.DataFrame({"buffer": self.buffer, "accesses": self.accesses, "oi": self.oi()})
+        for t in self.einsum.tensors:
+            df[f"{t.name}_occupancy"] = [p[t.name][0] for p in self.per_tensor]
+            df[f"{t.name}_accesses"] = [p[t.name][1] for p in self.per_tensor]
+        df["mapping"] = [describe_mapping(m) for m in self.mappings]
+        df.insert(0, "problem", self.einsum.name)
+        return df
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "problem": self.einsum.name,
+            "ranks": dict(self.einsum.ranks),
+            "word_bytes": self.einsum.word_bytes,
+            "points": [{"buffer": int(b), "accesses": int(a), "oi": float(o), "mapping": m}
+                       for b, a, o, m in zip(self.buffer, self.accesses, self.oi(), self.mappings,
+                                             strict=True)],
+            "algo_min": self.algo_min,
+            "algo_max": self.algo_max,
+            "max_effectual_buffer": self.max_effectual_buffer,
+            "max_effectual_ratio": self.max_effectual_ratio,
+            "mapspace_size": self.mapspace_size,
+            "tilings": self.tilings,
+            "imperfect_tiling": self.imperfect,
+        }
+
+    def artifact_rows(self) -> list[list[Any]]:
+        """Rows in the artifact's ``orojenesis.csv`` order (no header): OI, buffer, accesses,
+        then (occupancy, accesses) per tensor (Weights, Inputs, Outputs), mapping, yaml path."""
+        rows = []
+        for i in range(len(self.buffer)):
+            row: list[Any] = [float(self.oi()[i]), int(self.buffer[i]), int(self.accesses[i])]
+            for t in self.einsum.tensors:
+                row += list(self.per_tensor[i][t.name])
+            row += [describe_mapping(self.mappings[i]), "None"]
+            rows.append(row)
+        return rows
+
+
+def describe_mapping(m: dict[str, Any]) -> str:
+    loops = " ".join(f"{r}{m['dram'][r]}" for r in m["order"]) or "-"
+    tiles = " ".join(f"{r}{t}" for r, t in m["tile"].items())
+    return f"DRAM[{loops}] Buffer[{tiles}]"
+
+
+def frontier(einsum: Einsum, *, imperfect: bool = False,
+             resident: frozenset[str] | set[str] = frozenset()) -> Frontier:
+    """Compute the exact frontier of ``einsum`` (see :mod:`opatlas.bounds.mapspace`)."""
+    ms = build_mapspace(einsum, imperfect=imperfect, resident=resident)
+    return frontier_from_mapspace(ms)
+
+
+def frontier_from_mapspace(ms: Mapspace) -> Frontier:
+    idx = pareto_indices(ms.buffer, ms.accesses)
+    mappings, per_tensor = [], []
+    for i in idx:
+        tile = {r: int(ms.einsum.ranks[r]) for r in ms.einsum.ranks}
+        tile.update({r: int(ms.tiles[i, k]) for k, r in enumerate(ms.ranks)})
+        dram = {r: int(ms.factors[i, k]) for k, r in enumerate(ms.ranks)}
+        mappings.append({"tile": tile, "dram": dram, "order": ms.order(int(i))})
+        acc = ms.tensor_accesses(int(i))
+        per_tensor.append({t.name: (int(ms.occupancy[t.name][i]), acc[t.name])
+                           for t in ms.einsum.tensors})
+    return Frontier(ms.einsum, ms.buffer[idx].astype(np.int64), ms.accesses[idx].astype(np.int64),
+                    mappings, per_tensor, ms.mapping_count(), ms.size, ms.imperfect)
