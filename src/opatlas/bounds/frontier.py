@@ -26,12 +26,34 @@ def pareto_indices(buffer: np.ndarray, accesses: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Frontier:
-    """A single-Einsum bound: frontier points plus the problem's reference values."""
+class Curve:
+    """A step function of (buffer, accesses) points: ascending buffer, decreasing accesses."""
 
-    einsum: Einsum
     buffer: np.ndarray     # words, ascending
     accesses: np.ndarray   # words, strictly decreasing
+    label: str = ""
+
+    def lookup(self, buffer: float) -> int | None:
+        """Minimum attainable accesses with ``buffer`` words on chip; None below the first point."""
+        i = int(np.searchsorted(self.buffer, buffer, side="right")) - 1
+        return None if i < 0 else int(self.accesses[i])
+
+    def lookup_many(self, buffers: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(self.buffer, np.asarray(buffers), side="right") - 1
+        return np.where(i < 0, np.nan, self.accesses[np.maximum(i, 0)].astype(float))
+
+    @classmethod
+    def pareto(cls, buffer: np.ndarray, accesses: np.ndarray, label: str = "") -> Curve:
+        b, a = np.asarray(buffer, dtype=np.int64), np.asarray(accesses, dtype=np.int64)
+        idx = pareto_indices(b, a)
+        return cls(b[idx], a[idx], label)
+
+
+@dataclass
+class Frontier(Curve):
+    """A single-Einsum bound: frontier points plus the problem's reference values."""
+
+    einsum: Einsum | None = None
     mappings: list[dict[str, Any]] = field(default_factory=list)
     per_tensor: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     mapspace_size: int = 0
@@ -61,16 +83,6 @@ class Frontier:
         """Operational intensity in ops per byte: (2·MACs − |O|) / (accesses·word bytes)."""
         a = self.accesses if accesses is None else np.asarray(accesses)
         return self.einsum.ops / (a * self.einsum.word_bytes)
-
-    # -- lookups ------------------------------------------------------------------------------
-    def lookup(self, buffer: float) -> int | None:
-        """Minimum attainable accesses with ``buffer`` words on chip; None below the first point."""
-        i = int(np.searchsorted(self.buffer, buffer, side="right")) - 1
-        return None if i < 0 else int(self.accesses[i])
-
-    def lookup_many(self, buffers: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(self.buffer, np.asarray(buffers), side="right") - 1
-        return np.where(i < 0, np.nan, self.accesses[np.maximum(i, 0)].astype(float))
 
     # -- outputs ------------------------------------------------------------------------------
     def to_frame(self) -> pd.DataFrame:
@@ -136,5 +148,7 @@ def frontier_from_mapspace(ms: Mapspace) -> Frontier:
         acc = ms.tensor_accesses(int(i))
         per_tensor.append({t.name: (int(ms.occupancy[t.name][i]), acc[t.name])
                            for t in ms.einsum.tensors})
-    return Frontier(ms.einsum, ms.buffer[idx].astype(np.int64), ms.accesses[idx].astype(np.int64),
-                    mappings, per_tensor, ms.mapping_count(), ms.size, ms.imperfect)
+    return Frontier(buffer=ms.buffer[idx].astype(np.int64),
+                    accesses=ms.accesses[idx].astype(np.int64), label=ms.einsum.name,
+                    einsum=ms.einsum, mappings=mappings, per_tensor=per_tensor,
+                    mapspace_size=ms.mapping_count(), tilings=ms.size, imperfect=ms.imperfect)

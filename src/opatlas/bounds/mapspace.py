@@ -127,7 +127,7 @@ def _footprint(einsum: Einsum, ranks: list[str], tiles: np.ndarray, name: str) -
     return out
 
 
-def _extent(dim, ranks: list[str], tiles: np.ndarray) -> np.ndarray:  # noqa: ANN001
+def _extent(dim, ranks: list[str], tiles: np.ndarray) -> np.ndarray:
     ext = np.ones(len(tiles), dtype=np.int64)
     for r, c in dim:
         if r in ranks:

@@ -1,0 +1,65 @@
+"""Every single-Einsum figure of the artifact's notebook in one call, plus the data behind."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+
+from opatlas.bounds.frontier import Frontier, frontier
+from opatlas.bounds.gpu_data import measured_points, seed_points
+from opatlas.bounds.plots import plot_bar_ratios, plot_frontiers
+from opatlas.bounds.problems import FIG12_LEGENDS, FIGURES
+
+
+def write_artifact_csv(f: Frontier, path: Path) -> Path:
+    """The artifact's ``orojenesis.csv``: no header, its column order, ascending buffer."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(f.artifact_rows())
+    return path
+
+
+def fig10_legends() -> list[str]:
+    return [e.name for e in FIGURES["fig10"]()]
+
+
+def make_figures(outdir: Path) -> list[Path]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    fr = {name: [frontier(e) for e in make()] for name, make in FIGURES.items()}
+    out: list[Path] = []
+    for group in fr.values():
+        for f in group:
+            write_artifact_csv(f, outdir / "data" / f.einsum.name / "orojenesis.csv")
+    tidy = pd.concat([f.to_frame() for g in fr.values() for f in g]).drop_duplicates(
+        subset=["problem", "buffer"])
+    tidy.to_csv(outdir / "frontiers.csv", index=False)
+    out.append(outdir / "frontiers.csv")
+    out.append(plot_frontiers(fr["fig1"], outdir / "fig1.png", legends=["16384_1024_1024"],
+                              xlim=(0.5, 1e8), ylim=(None, 1e10), y_end=1e8, plot_min=True,
+                              all_points=True))
+    legends = fig10_legends()
+    out.append(plot_frontiers(fr["fig10"], outdir / "fig10_accesses.png", legends=legends,
+                              xlim=(1e4, 1e8), ylim=(None, 1e10), y_end=2e8))
+    out.append(plot_frontiers(fr["fig10"], outdir / "fig10_oi.png", legends=legends,
+                              metric="oi", logx=False, logy=False, xlim=(1e4, 2e8),
+                              ylim=(0, 6000), y_end=2e8))
+    out.append(plot_bar_ratios(fr["fig11"], outdir / "fig11.png",
+                               [f.einsum.name for f in fr["fig11"]]))
+    for name, legends_, ylim_acc, ylim_oi, xlim in (
+            ("fig12", list(FIG12_LEGENDS), (0, 4e7), (0, 400), (None, 1e5)),
+            ("fig13", [f"H={2**i}, K={4096 // 2**i}" for i in range(8)], (0, 4e9), (0, 3000),
+             (1e3, 2e8)),
+            ("fig14", [f"{2**i} group{'s' if i else ''}" for i in range(6)], (0, 1.5e12),
+             (1, 140), (None, 2e8))):
+        y_end = xlim[1]
+        out.append(plot_frontiers(fr[name], outdir / f"{name}_accesses.png", legends=legends_,
+                                  logy=False, xlim=xlim, ylim=ylim_acc, y_end=y_end))
+        out.append(plot_frontiers(fr[name], outdir / f"{name}_oi.png", legends=legends_,
+                                  metric="oi", logy=False, xlim=xlim, ylim=ylim_oi, y_end=y_end))
+    gpu = pd.concat([seed_points(), measured_points()], ignore_index=True)
+    out.append(plot_frontiers(fr["fig24a"], outdir / "fig24a.png", legends=["4k_4k_4k (fp32)"],
+                              logy=False, xlim=(1e6, 2e8), ylim=(0, 4e9), y_end=2e8,
+                              gpu_data=gpu, coefficient=4))
+    return out

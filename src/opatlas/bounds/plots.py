@@ -1,0 +1,111 @@
+"""Matplotlib figures in the artifact's styles (plots.py of the Orojenesis artifact)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from opatlas.bounds.frontier import Curve, Frontier
+
+
+def _series(f: Frontier, metric: str, y_end: float | None, coefficient: float
+            ) -> tuple[np.ndarray, np.ndarray]:
+    x = f.buffer.astype(float) * coefficient
+    y = (f.accesses.astype(float) * coefficient if metric == "accesses" else f.oi())
+    if y_end is not None and x[-1] < y_end:  # run the curve flat to the right edge
+        x, y = np.append(x, y_end), np.append(y, y[-1])
+    return x, y
+
+
+def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequence[str] = (),
+                   metric: str = "accesses", logx: bool = True, logy: bool = True,
+                   xlim: tuple | None = None, ylim: tuple | None = None,
+                   y_end: float | None = None, plot_min: bool = False, all_points: bool = False,
+                   gpu_data: pd.DataFrame | None = None, coefficient: float = 1.0,
+                   figsize: tuple[float, float] = (3.2, 3.2), title: str | None = None) -> Path:
+    """Accesses (or OI) vs buffer size, one line per problem; optional algo min/max lines,
+    the scatter of every tiling's best accesses, and measured GPU traffic."""
+    fig, ax = plt.subplots(figsize=figsize, dpi=150)
+    for i, f in enumerate(frontiers):
+        label = legends[i] if i < len(legends) else f.einsum.name
+        x, y = _series(f, metric, y_end, coefficient)
+        if all_points:
+            ax.scatter(x[: len(f.buffer)], y[: len(f.buffer)], s=6, color="tab:green", zorder=3)
+        ax.plot(x, y, label=label, lw=1.4)
+    if plot_min and frontiers:
+        f = frontiers[0]
+        ax.axhline(f.algo_min * coefficient, ls="--", color="red", lw=1, label="Algo min")
+        ax.axhline(f.algo_max * coefficient, ls="--", color="darkred", lw=1, label="Algo max")
+        ax.axvline(1, ls=":", color="grey", lw=1)
+        ax.axvline(f.einsum.total_operand_size * coefficient, ls=":", color="grey", lw=1)
+    if gpu_data is not None and len(gpu_data):
+        styles = {"simt": ("o", "tab:blue"), "tensor": ("x", "tab:green")}
+        for (kernel, how), g in gpu_data.groupby(["kernel", "how"]):
+            marker, color = styles.get(kernel, ("^", "tab:red"))
+            short = "seed" if "artifact" in how else "measured"
+            ax.scatter(g["l2_bytes"], g["dram_bytes"], marker=marker, color=color, zorder=4,
+                       label=f"GPU {kernel} ({short})")
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(f"Buffer Size ({'B' if coefficient == 1 else 'bytes'})")
+    ax.set_ylabel("Backing Store Accesses (B)" if metric == "accesses" else "Op Intensity (Op/B)")
+    if xlim:
+        ax.set_xlim(*xlim)
+    if ylim:
+        ax.set_ylim(*ylim)
+    if title:
+        ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_bar_ratios(frontiers: Sequence[Frontier], path: Path, legends: Sequence[str],
+                    sort: bool = True) -> Path:
+    """Fig. 11: maximal effectual buffer over total operand size, as horizontal bars."""
+    ratios = [f.max_effectual_ratio for f in frontiers]
+    pairs = sorted(zip(ratios, legends, strict=True)) if sort else list(zip(ratios, legends,
+                                                                            strict=True))
+    fig, ax = plt.subplots(figsize=(6, 6), dpi=150)
+    ax.barh([p[1] for p in pairs], [p[0] for p in pairs], color="tab:blue")
+    for i, (r, _) in enumerate(pairs):
+        ax.text(r, i, f" {100 * r:.1f}%", va="center", fontsize=7)
+    ax.set_xlabel("Maximal effectual buffer / total operand size")
+    ax.set_xlim(0, max(ratios) * 1.2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] | None = None,
+                title: str | None = None) -> Path:
+    """Multi-Einsum comparison: steps-post curves (cumulative minimum), algo-min lines."""
+    fig, ax = plt.subplots(figsize=(4, 3.2), dpi=150)
+    for c in curves:
+        ax.plot(c.buffer, np.minimum.accumulate(c.accesses), drawstyle="steps-post",
+                label=c.label)
+    for (label, value), color in zip((mins or {}).items(), ("red", "blue"), strict=False):
+        ax.axhline(value, ls="--", color=color, lw=1, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("Buffer Size (B)")
+    ax.set_ylabel("Backing Store Accesses (B)")
+    if title:
+        ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,66 @@
+"""The single-Einsum problems of the artifact's figures (orojenesis_single.ipynb)."""
+
+from __future__ import annotations
+
+from opatlas.bounds.einsum import Einsum, conv, gbmm, gemm
+
+FIG12_CONVS = ("1_1_16_16_64_64_1_1_1_1_1", "3_3_16_16_64_64_1_1_1_1_1",
+               "5_5_16_16_64_64_1_1_1_1_1", "3_3_16_16_64_64_1_2_2_1_1",
+               "3_3_16_16_64_64_1_1_1_2_2")
+FIG12_LEGENDS = ("1x1 conv", "3x3 conv", "5x5 conv", "3x3 conv\nstride 2", "3x3 conv\ndilation 2")
+
+
+def fig1() -> list[Einsum]:
+    return [gemm(16384, 1024, 1024)]
+
+
+def fig10() -> list[Einsum]:
+    """2048³ doubling one of N, K, M in turn up to 8192³ (the notebook's loop)."""
+    out, prob = [], [2048, 2048, 2048]
+    for i in range(-1, 6):
+        if i >= 0:
+            prob[2 - (i % 3)] *= 2
+        out.append(gemm(*prob))
+    return out
+
+
+def fig11() -> list[Einsum]:
+    f = (0.5, 1, 2)
+    return [gemm(int(4096 * m), int(4096 * k), int(4096 * n)) for m in f for k in f for n in f]
+
+
+def fig12() -> list[Einsum]:
+    return [conv(*map(int, s.split("_"))) for s in FIG12_CONVS]
+
+
+def fig13() -> list[Einsum]:
+    return [gbmm(M=4096, K=4096 // 2**i, N=4096, H=2**i) for i in range(8)]
+
+
+def fig14() -> list[Einsum]:
+    """GBMM(M=4096, K=128, N=4096, H=32, G=2^i); OI is taken over the true compute (the
+    template's H·G·M·K·N counts G too), as the notebook overrides it."""
+    true_ops = 2 * 32 * 4096 * 128 * 4096
+    return [_with_ops(gbmm(M=4096, K=128, N=4096, H=32, G=2**i), true_ops) for i in range(6)]
+
+
+def fig24() -> list[Einsum]:
+    return [gemm(4096, 4096, 4096)]
+
+
+def _with_ops(e: Einsum, ops: int) -> Einsum:
+    return Einsum(e.name, dict(e.ranks), e.tensors, e.word_bytes, ops_override=ops)
+
+
+FIGURES = {"fig1": fig1, "fig10": fig10, "fig11": fig11, "fig12": fig12, "fig13": fig13,
+           "fig14": fig14, "fig24a": fig24}
+
+
+def all_single_einsum_problems() -> list[Einsum]:
+    seen, out = set(), []
+    for make in FIGURES.values():
+        for e in make():
+            if e.name not in seen:
+                seen.add(e.name)
+                out.append(e)
+    return out
