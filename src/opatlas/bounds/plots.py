@@ -60,6 +60,10 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
         ax.set_xlim(*xlim)
     if ylim:
         ax.set_ylim(*ylim)
+    return _finish(fig, ax, path, title)
+
+
+def _finish(fig, ax, path: Path, title: str | None) -> Path:  # noqa: ANN001
     if title:
         ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
@@ -101,11 +105,4 @@ def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] |
     ax.set_yscale("log")
     ax.set_xlabel("Buffer Size (B)")
     ax.set_ylabel("Backing Store Accesses (B)")
-    if title:
-        ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, title)
