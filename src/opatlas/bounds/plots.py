@@ -63,7 +63,7 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
     return _finish(fig, ax, path, title)
 
 
-def _finish(fig, ax, path: Path, title: str | None) -> Path:  # noqa: ANN001
+def _finish(fig, ax, path: Path, title: str | None) -> Path:
     if title:
         ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
