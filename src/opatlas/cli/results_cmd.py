@@ -14,12 +14,13 @@ from opatlas.errors import OpatlasError
 from opatlas.store import Store
 
 import_app = typer.Typer(help="Read results made elsewhere into the store.", no_args_is_help=True)
-FORMATS = ("table", "csv", "json", "parquet")
+FORMATS = ("table", "csv", "json", "parquet", "ett")
 
 
 def results(
     store: Path = StoreOpt,
-    fmt: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
+    fmt: str = typer.Option("table", "--format",
+                            help="table | csv | json | parquet | ett (upstream CSVs, needs --out DIR)"),
     out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
     op: str | None = typer.Option(None, "--op", help="Only this op."),
     status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
@@ -34,11 +35,20 @@ def results(
         opatlas results --format csv --out results.csv
 
         opatlas results --format parquet --out results.parquet --op linear
+
+        opatlas results --format ett --out sampling_data/
     """
     if fmt not in FORMATS:
         raise OpatlasError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if fmt == "parquet" and out is None:
-        raise OpatlasError("--format parquet needs --out FILE")
+    if fmt in ("parquet", "ett") and out is None:
+        raise OpatlasError(f"--format {fmt} needs --out {'DIR' if fmt == 'ett' else 'FILE'}")
+    if fmt == "ett":
+        from opatlas.store.ett import export_ett
+
+        with Store(store, read_only=True) as st:
+            for path in export_ett(st, out):
+                typer.echo(str(path))
+        return
     with Store(store, read_only=True) as st:
         df = st.results(op=op)
     if status:
@@ -88,3 +98,25 @@ def import_results(
     with Store(store) as st:
         n = st.import_results(path)
     typer.echo(f"added {n} rows to {store}")
+
+
+@import_app.command("ett-samples")
+def import_ett(
+    directory: str = typer.Argument("bundled", help="Folder of estimate-train-time sampling "
+                                                    "CSVs, or 'bundled' for the A100 dataset."),
+    store: Path = StoreOpt,
+) -> None:
+    """Read estimate-train-time operator and NCCL sampling CSVs into the store.
+
+    Examples:
+
+        opatlas import ett-samples sampling_data/
+
+        opatlas import ett-samples bundled --store a100.duckdb
+    """
+    from opatlas.store.ett import bundled_dataset, import_ett_samples
+
+    path = bundled_dataset() if directory == "bundled" else Path(directory)
+    with Store(store) as st:
+        added = import_ett_samples(st, path)
+    typer.echo(f"added {sum(added.values())} rows from {len(added)} files to {store}")

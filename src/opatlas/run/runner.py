@@ -17,7 +17,7 @@ from opatlas.run.stats import summarize
 from opatlas.run.worker import Outcome, WorkerHandle
 from opatlas.spec import SweepSpec
 from opatlas.store import ResultRow, Store
-from opatlas.sweep import Vector, canonical_json, expand, vector_id
+from opatlas.sweep import Vector, canonical_json, expand, params_json, vector_id
 
 FAILED = ("error", "oom", "timeout", "crash")
 
@@ -114,7 +114,7 @@ class Runner:
         rows = []
         for pass_ in passes:
             row = ResultRow(
-                vector_id=vec.id, op=vec.op, params_json=canonical_json(vec.params),
+                vector_id=vec.id, op=vec.op, params_json=params_json(vec.params),
                 pass_=pass_, backend=self.config.backend, device=self.device,
                 dtype=str(vec.params.get("dtype", "fp32")), status=outcome.status,
                 message=outcome.message, versions_json=self.versions,

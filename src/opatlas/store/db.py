@@ -19,7 +19,7 @@ import duckdb
 import pandas as pd
 
 from opatlas.errors import StoreError
-from opatlas.sweep import Vector, canonical_json
+from opatlas.sweep import Vector, params_json
 
 DEFAULT_STORE = "opatlas.duckdb"
 SCHEMA_VERSION = 1
@@ -142,9 +142,9 @@ class Store:
     # -- writes -------------------------------------------------------------------------------
     def add_sweep(self, sweep_id: str, name: str, op: str, source: str, spec_json: str,
                   vectors: Sequence[Vector], invalid: Sequence[tuple[Vector, str]] = ()) -> None:
-        rows = [(sweep_id, v.id, v.index, v.op, canonical_json(v.params), True, None)
+        rows = [(sweep_id, v.id, v.index, v.op, params_json(v.params), True, None)
                 for v in vectors]
-        rows += [(sweep_id, v.id, v.index, v.op, canonical_json(v.params), False, reason)
+        rows += [(sweep_id, v.id, v.index, v.op, params_json(v.params), False, reason)
                  for v, reason in invalid]
         with self.transaction():
             self.con.execute("INSERT OR IGNORE INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",

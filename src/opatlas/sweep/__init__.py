@@ -8,7 +8,9 @@ from opatlas.sweep.expand import (
     downsample,
     expand,
     in_part,
+    params_json,
     vector_id,
 )
 
-__all__ = ["Expansion", "Vector", "canonical_json", "downsample", "expand", "in_part", "vector_id"]
+__all__ = ["Expansion", "Vector", "canonical_json", "downsample", "expand", "in_part", "params_json",
+           "vector_id"]

@@ -28,6 +28,11 @@ def canonical_json(obj: Mapping[str, Any]) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def params_json(params: Mapping[str, Any]) -> str:
+    """Parameters as JSON in their spec order (for display and export; ids use sorted keys)."""
+    return json.dumps(dict(params), separators=(",", ":"), default=str)
+
+
 def vector_id(op: str, params: Mapping[str, Any]) -> str:
     """sha224 of the canonical JSON (sorted keys) of ``{"op": op, **params}``."""
     return hashlib.sha224(canonical_json({"op": op, **params}).encode()).hexdigest()

@@ -1,0 +1,127 @@
+"""estimate-train-time compatibility: read its sampling CSVs into the store, write them back.
+
+Operator files are ``{GPU}_{op}_{precision}.csv`` with shape columns then ``F_dur(us)`` and
+``B_dur(us)`` (or one ``dur(us)``); NCCL files are ``{GPU}_{collective}_{precision}[_{nodes}_{gpn}]
+.csv`` with ``shape,nodes,GPUsPerNode,dur(us)``. Each imported value becomes one ``ok`` result
+row (mean = median = the upstream value, repeats 10: upstream's trimmed mean of 10 runs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from opatlas.errors import StoreError
+from opatlas.store.db import ResultRow, Store
+from opatlas.sweep import params_json, vector_id
+
+PRECISIONS = ("fp16", "bf16", "fp32")
+PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur": "step"}
+_NAME = re.compile(r"^(?P<gpu>[^_]+)_(?P<op>.+)_(?P<prec>fp16|bf16|fp32)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?$")
+IMPORT_BACKEND = "ett-import"
+
+
+def parse_sample_name(path: Path) -> dict[str, str] | None:
+    m = _NAME.match(path.stem)
+    return m.groupdict() if m else None
+
+
+def _counts(op: str, params: dict) -> tuple[dict, dict]:
+    from opatlas.ops.registry import resolved_params
+
+    try:
+        o, full = resolved_params(op, params)
+        if o.invalid_reason(full) is None:
+            return o.flops(full), o.min_bytes(full)
+    except Exception:  # ops opatlas does not model yet import without counts
+        pass
+    return {}, {}
+
+
+def read_sample_file(path: Path) -> list[ResultRow]:
+    meta = parse_sample_name(path)
+    if meta is None:
+        return []
+    df = pd.read_csv(path)
+    pass_cols = [c for c in df.columns if c in PASS_COLUMNS]
+    if not pass_cols:
+        return []
+    shape_cols = [c for c in df.columns if c not in pass_cols]
+    kind = "nccl" if {"shape", "nodes", "GPUsPerNode"} <= set(df.columns) else "op"
+    op = f"nccl.{meta['op']}" if kind == "nccl" else meta["op"]
+    rows = []
+    for rec in df.to_dict("records"):
+        params = {c: _num(rec[c]) for c in shape_cols}
+        params["dtype"] = meta["prec"]
+        vid = vector_id(op, params)
+        flops, nbytes = _counts(op, params) if kind == "op" else ({}, {})
+        for col in pass_cols:
+            us = rec[col]
+            if pd.isna(us):
+                continue
+            ns = float(us) * 1000.0
+            pass_ = PASS_COLUMNS[col]
+            rows.append(ResultRow(
+                vector_id=vid, op=op, params_json=params_json(params), pass_=pass_,
+                backend=IMPORT_BACKEND, device=meta["gpu"], dtype=meta["prec"], status="ok",
+                repeats=10, mean_ns=ns, median_ns=ns, min_ns=ns, max_ns=ns, std_ns=None,
+                flops=flops.get(pass_), min_bytes=nbytes.get(pass_),
+                message=f"imported from {path.name} (upstream trimmed mean of 10)"))
+    return rows
+
+
+def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
+    """Import every sampling CSV under ``directory`` (recursively); returns rows per file."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise StoreError(f"{directory} is not a directory of estimate-train-time CSVs")
+    added: dict[str, int] = {}
+    for path in sorted(directory.rglob("*.csv")):
+        rows = read_sample_file(path)
+        if rows:
+            added[str(path.relative_to(directory))] = store.add_results(rows)
+    if not added:
+        raise StoreError(f"no estimate-train-time sample files found under {directory}")
+    return added
+
+
+def export_ett(store: Store, outdir: str | Path) -> list[Path]:
+    """Write results back in upstream's layout: one CSV per (device, op, dtype), shape columns
+    then ``F_dur(us)``/``B_dur(us)`` (or ``dur(us)``) from the median."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    df = store.results(expand_params=False)
+    df = df[df["status"] == "ok"]
+    written = []
+    for (device, op, dtype), g in df.groupby(["device", "op", "dtype"]):
+        params = pd.DataFrame([json.loads(s) for s in g["params_json"]], index=g.index)
+        shape_cols = [c for c in params.columns if c != "dtype"]
+        wide = pd.concat([params[shape_cols], g[["pass"]], g["median_ns"] / 1000.0], axis=1)
+        wide = wide.pivot_table(index=shape_cols, columns="pass", values="median_ns",
+                                aggfunc="first").reset_index()
+        names = {"fwd": "F_dur(us)", "bwd": "B_dur(us)", "step": "dur(us)"}
+        wide = wide.rename(columns=names)
+        cols = shape_cols + [names[p] for p in ("fwd", "bwd", "step") if names[p] in wide]
+        name = op.removeprefix("nccl.")
+        path = outdir / f"{str(device).replace(' ', '')}_{name}_{dtype}.csv"
+        wide[cols].to_csv(path, index=False)
+        written.append(path)
+    return written
+
+
+def _num(v: object) -> object:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v.item() if hasattr(v, "item") else v
+
+
+def bundled_dataset(name: str = "ett-a100") -> Path:
+    from importlib import resources
+
+    path = Path(str(resources.files("opatlas") / "data" / name))
+    if not path.is_dir():
+        raise StoreError(f"no bundled dataset {name!r}")
+    return path
