@@ -242,17 +242,25 @@ def attention_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
     return int(p["b"]), int(p["h"]) // int(p["mp"]), int(p["l"]), int(p["dim"]) // int(p["h"])
 
 
+def kv_heads(p: Mapping[str, Any]) -> int:
+    """Key/value heads per shard (GQA/MQA when fewer than the query heads)."""
+    return (int(p.get("kv_heads") or p["h"])) // int(p["mp"])
+
+
 @register_op
 class FlashAttention(Op):
-    """Fused attention (PyTorch SDPA) of one TP shard. FLOPs: 4·b·h·l²·d fwd (QKᵀ and PV),
-    halved when causal; bwd 2.5× fwd (five matmuls, QKᵀ recomputed). Bytes: q, k, v, o once fwd;
-    q, k, v, o, do read and dq, dk, dv written bwd."""
+    """Fused attention (PyTorch SDPA; GQA when ``kv_heads`` < ``h``) of one TP shard.
+    FLOPs: 4·b·h·l²·d fwd (QKᵀ and PV), halved when causal; bwd 2.5× fwd (five matmuls, QKᵀ
+    recomputed). Bytes: q and o (h heads) and k, v (kv heads) once fwd; bwd reads q, k, v, o, do
+    and writes dq, dk, dv."""
 
     name = "flash_attention"
     params = ("b", "h", "l", "dim")
-    defaults = {"mp": 1, "causal": 1}
-    description = "fused scaled-dot-product attention (flash backend where available)"
-    rules = _heads_rules()
+    defaults = {"mp": 1, "causal": 1, "kv_heads": 0}
+    description = "fused scaled-dot-product attention, MHA or GQA (flash backend where available)"
+    rules = (*_heads_rules(),
+             Rule("h % kv_heads != 0", lambda p: p["h"] % (p["kv_heads"] or p["h"]) == 0),
+             Rule("kv_heads % mp != 0", lambda p: (p["kv_heads"] or p["h"]) % p["mp"] == 0))
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
         b, h, l, d = attention_dims(p)
@@ -261,23 +269,26 @@ class FlashAttention(Op):
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         b, h, l, d = attention_dims(p)
-        t = b * h * l * d * dtype_bytes(p["dtype"])
-        return {"fwd": 4.0 * t, "bwd": 8.0 * t}
+        e, q, kv = dtype_bytes(p["dtype"]), b * h * l * d, b * kv_heads(p) * l * d
+        return {"fwd": e * (2 * q + 2 * kv), "bwd": e * (4 * q + 4 * kv)}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         b, h, l, d = attention_dims(p)
-        return {"b": b, "heads": h, "l": l, "head_dim": d}
+        return {"b": b, "heads": h, "kv_heads": kv_heads(p), "l": l, "head_dim": d}
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         b, h, l, d = attention_dims(p)
-        q, k, v = (randn(b, h, l, d, dtype=p["dtype"], device=device) for _ in range(3))
-        return q, k, v, bool(p["causal"])
+        kv = kv_heads(p)
+        return (randn(b, h, l, d, dtype=p["dtype"], device=device),
+                randn(b, kv, l, d, dtype=p["dtype"], device=device),
+                randn(b, kv, l, d, dtype=p["dtype"], device=device), bool(p["causal"]))
 
     def forward(self, state: Any) -> Any:
         import torch
 
         q, k, v, causal = state
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
 
 
 @register_op

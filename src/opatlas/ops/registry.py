@@ -39,6 +39,7 @@ def _load_builtins() -> None:
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
         importlib.import_module("opatlas.ops.basic")
+        importlib.import_module("opatlas.ops.transformer")
         importlib.import_module("opatlas.ops.faults")
 
 

@@ -1,0 +1,455 @@
+"""The rest of the transformer catalog: embedding, rmsnorm, swiglu, rope, masked_softmax,
+fillmask, baddbmm, residual_add, cross_entropy (vocab-parallel), adam_step, moe.
+
+Parameters follow estimate-train-time's names (mp, b, h, l, dim) plus what upstream hard-codes
+(vocab, ffn width, kv heads, experts, top-k). FLOP conventions per op are in each docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from opatlas.ops.base import Op, Rule, dtype_bytes
+from opatlas.ops.basic import _ffn, _heads_rules, _Rowwise, attention_dims, padded_vocab
+from opatlas.ops.registry import register_alias, register_op
+from opatlas.ops.torchutil import randn, torch_dtype
+
+
+def _tokens(p: Mapping[str, Any]) -> int:
+    return int(p["b"]) * int(p["l"])
+
+
+@register_op
+class Embedding(Op):
+    """Vocab-parallel embedding lookup of b·l tokens into a (V/mp, dim) shard. fwd: no FLOPs,
+    reads the rows and writes the activations; bwd: b·l·dim adds into the shard's gradient."""
+
+    name = "embedding"
+    params = ("b", "l", "dim")
+    defaults = {"mp": 1, "vocab": 50257}
+    description = "vocab-parallel token embedding (one TP shard of the table)"
+
+    def shard_rows(self, p: Mapping[str, Any]) -> int:
+        return padded_vocab(int(p["vocab"]), int(p["mp"])) // int(p["mp"])
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return {"fwd": 0.0, "bwd": float(_tokens(p) * int(p["dim"]))}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, d, e = _tokens(p), int(p["dim"]), dtype_bytes(p["dtype"])
+        return {"fwd": 2.0 * e * t * d + 8 * t,
+                "bwd": e * (t * d + self.shard_rows(p) * d) + 8 * t}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return {"tokens": _tokens(p), "vocab_rows": self.shard_rows(p), "dim": int(p["dim"])}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        import torch
+
+        rows = self.shard_rows(p)
+        idx = torch.randint(0, rows, (int(p["b"]), int(p["l"])), device=device)
+        return idx, randn(rows, int(p["dim"]), dtype=p["dtype"], device=device)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        return torch.nn.functional.embedding(*state)
+
+
+@register_op
+class RmsNorm(_Rowwise):
+    """RMSNorm over dim: 4 FLOPs/elem fwd (square, sum, scale by 1/rms, weight), 8 bwd."""
+
+    name = "rmsnorm"
+    params = ("b", "l", "dim")
+    description = "RMSNorm over the hidden dimension"
+    fwd_flops_per_elem, bwd_flops_per_elem = 4.0, 8.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return _tokens(p), int(p["dim"])
+
+    def param_elems(self, p: Mapping[str, Any]) -> int:
+        return int(p["dim"])
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        return super().build(p, device), randn(int(p["dim"]), dtype=p["dtype"], device=device)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, w = state
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-5)
+
+
+@register_op
+class SwiGlu(_Rowwise):
+    """SwiGLU gate on the fused up-projection (b·l, 2·ffn/mp) -> (b·l, ffn/mp): counted per
+    output element, 6 FLOPs fwd (silu 4, product 1, plus 1 for the exp's add), 12 bwd."""
+
+    name = "swiglu"
+    params = ("b", "l", "dim")
+    defaults = {"mp": 1, "ffn": 0}
+    description = "SwiGLU activation (silu(a)·b) of one TP shard"
+    rules = (Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0),)
+    fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 12.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return _tokens(p), _ffn(p) // int(p["mp"])
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        n, e = r * w, dtype_bytes(p["dtype"])
+        # fwd: read a and b (2n), write n.  bwd: read dy, a, b (3n), write da, db (2n)
+        return {"fwd": e * 3 * n, "bwd": e * 5 * n}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        r, w = self.shape2d(p)
+        return randn(r, 2 * w, dtype=p["dtype"], device=device)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        a, b = state.chunk(2, dim=-1)
+        return torch.nn.functional.silu(a) * b
+
+
+@register_op
+class Rope(Op):
+    """Rotary embedding of one (l, b, h/mp, dim/h) tensor: x·cos + rotate_half(x)·sin,
+    3 FLOPs/elem both passes; cos and sin tables (l, dim/h) are read once."""
+
+    name = "rope"
+    params = ("b", "h", "l", "dim")
+    defaults = {"mp": 1}
+    description = "rotary position embedding of q or k (one TP shard)"
+    rules = _heads_rules()
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        b, h, l, d = attention_dims(p)
+        return {"fwd": 3.0 * b * h * l * d, "bwd": 3.0 * b * h * l * d}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        b, h, l, d = attention_dims(p)
+        e = dtype_bytes(p["dtype"])
+        return {"fwd": e * (2 * b * h * l * d + 2 * l * d), "bwd": e * (2 * b * h * l * d + 2 * l * d)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        b, h, l, d = attention_dims(p)
+        return {"l": l, "b": b, "heads": h, "head_dim": d}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        import torch
+
+        b, h, l, d = attention_dims(p)
+        x = randn(l, b, h, d, dtype=p["dtype"], device=device)
+        pos = torch.arange(l, device=device, dtype=torch.float32)[:, None]
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+        ang = torch.cat([pos * inv, pos * inv], dim=-1)[:, None, None, :]
+        dt = torch_dtype(p["dtype"])
+        return x, ang.cos().to(dt), ang.sin().to(dt)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, cos, sin = state
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def _causal_mask(l: int, device: str) -> Any:
+    import torch
+
+    return torch.triu(torch.ones(l, l, dtype=torch.bool, device=device), diagonal=1)
+
+
+@register_op
+class MaskedSoftmax(_Rowwise):
+    """Scaled, causally masked softmax of (b, h/mp, l, l) scores (Megatron's
+    ScaledUpperTriangMaskedSoftmax): 6 FLOPs/elem fwd (scale, mask, then softmax's 5 minus
+    none skipped), 5 bwd (softmax backward and the scale)."""
+
+    name = "masked_softmax"
+    params = ("b", "h", "l")
+    defaults = {"mp": 1}
+    description = "scaled causal-masked softmax (fused where PyTorch has it)"
+    rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
+    fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 5.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return int(p["b"]) * int(p["h"]) // int(p["mp"]) * int(p["l"]), int(p["l"])
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        l = int(p["l"])
+        x = randn(int(p["b"]), int(p["h"]) // int(p["mp"]), l, l, dtype=p["dtype"], device=device)
+        return x, _causal_mask(l, device)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, mask = state
+        return torch.softmax((x * 0.125).masked_fill(mask, float("-inf")), dim=-1)
+
+
+@register_op
+class FillMask(_Rowwise):
+    """``scores.masked_fill(mask, -10000)`` on (b, h/mp, l, l): no FLOPs; reads scores and the
+    (l, l) boolean mask, writes scores; bwd passes the unmasked gradient through."""
+
+    name = "fillmask"
+    params = ("b", "h", "l")
+    defaults = {"mp": 1, "dim": 0}
+    description = "attention-mask fill of the scores (b, h/mp, l, l)"
+    rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return int(p["b"]) * int(p["h"]) // int(p["mp"]) * int(p["l"]), int(p["l"])
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        e, l = dtype_bytes(p["dtype"]), int(p["l"])
+        return {"fwd": e * 2 * r * w + l * l, "bwd": e * 2 * r * w + l * l}
+
+    build = MaskedSoftmax.build
+
+    def forward(self, state: Any) -> Any:
+        x, mask = state
+        return x.masked_fill(mask, -10000.0)
+
+
+@register_op
+class Baddbmm(Op):
+    """Megatron's score computation ``baddbmm(empty, q, kᵀ, beta=0, alpha=1/√d)`` of one shard:
+    batch b·h/mp, (l × d)·(d × l); fwd 2·B·l·d·l + B·l·l (alpha), bwd 4·B·l·d·l."""
+
+    name = "baddbmm"
+    params = ("b", "h", "l", "dim")
+    defaults = {"mp": 1}
+    description = "scaled batched matmul for attention scores (Megatron style)"
+    rules = _heads_rules()
+
+    def dims(self, p: Mapping[str, Any]) -> tuple[int, int, int]:
+        b, h, l, d = attention_dims(p)
+        return b * h, l, d
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        bb, l, d = self.dims(p)
+        return {"fwd": 2.0 * bb * l * d * l + bb * l * l, "bwd": 4.0 * bb * l * d * l}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        bb, l, d = self.dims(p)
+        e = dtype_bytes(p["dtype"])
+        return {"fwd": e * bb * (2 * l * d + l * l), "bwd": e * bb * (l * l + 4 * l * d)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        bb, l, d = self.dims(p)
+        return {"batch": bb, "m": l, "k": d, "n": l}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        import torch
+
+        bb, l, d = self.dims(p)
+        out = torch.empty(bb, l, l, dtype=torch_dtype(p["dtype"]), device=device)
+        return (out, randn(bb, l, d, dtype=p["dtype"], device=device),
+                randn(bb, d, l, dtype=p["dtype"], device=device), 1.0 / math.sqrt(d))
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        out, q, kt, alpha = state
+        return torch.baddbmm(out, q, kt, beta=0.0, alpha=alpha)
+
+
+@register_op
+class ResidualAdd(_Rowwise):
+    """``x + residual`` on (b·l, dim): 1 FLOP/elem; the backward is a pass-through (counted as
+    upstream measures it: the same add)."""
+
+    name = "residual_add"
+    params = ("b", "l", "dim")
+    description = "residual addition"
+    fwd_flops_per_elem, bwd_flops_per_elem = 1.0, 1.0
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return _tokens(p), int(p["dim"])
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        return {"fwd": 3.0 * dtype_bytes(p["dtype"]) * r * w, "bwd": 3.0 * dtype_bytes(p["dtype"]) * r * w}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        return super().build(p, device), super().build(p, device)
+
+    def forward(self, state: Any) -> Any:
+        return state[0] + state[1]
+
+
+@register_op
+class CrossEntropy(Op):
+    """Vocab-parallel cross-entropy of one shard's logits (b·l, V/mp) (the cross-shard max/sum
+    all-reduces are collectives, modelled separately): 5 FLOPs per logit fwd (max, subtract,
+    exp, sum, and the target pick), 3 bwd (softmax − one-hot, scaled)."""
+
+    name = "cross_entropy"
+    params = ("b", "l")
+    defaults = {"mp": 1, "vocab": 50257}
+    description = "vocab-parallel cross-entropy loss of one TP shard"
+
+    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        return _tokens(p), padded_vocab(int(p["vocab"]), int(p["mp"])) // int(p["mp"])
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        return {"fwd": 5.0 * r * w, "bwd": 3.0 * r * w}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        e = dtype_bytes(p["dtype"])
+        return {"fwd": e * r * w + 8 * r, "bwd": 2.0 * e * r * w + 8 * r}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        return {"tokens": r, "vocab_shard": w}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        import torch
+
+        r, w = self.shape2d(p)
+        return randn(r, w, dtype=p["dtype"], device=device), torch.randint(0, w, (r,), device=device)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        logits, target = state
+        return torch.nn.functional.cross_entropy(logits.float(), target)
+
+
+def transformer_layer_params(dim: int, mp: int, ffn: int = 0, gated: bool = False) -> int:
+    """Parameters of one GPT-style layer on one TP shard: attention 4·d² + 4·d (QKV, out, biases),
+    MLP 2·d·f + f + d (3·d·f for gated), two norms 4·d (not sharded)."""
+    f = ffn or 4 * dim
+    attn = 4 * dim * dim + 4 * dim
+    mlp = (3 if gated else 2) * dim * f + f + dim
+    return (attn + mlp) // mp + 4 * dim
+
+
+def stage_params(p: Mapping[str, Any]) -> int:
+    """Parameter count of an optimizer step: ``n_params`` if given, else ``encoders`` layers of
+    ``dim`` (plus the vocab shard for a first/last pipeline stage, as upstream's stages)."""
+    if p.get("n_params"):
+        return int(p["n_params"])
+    mp, dim = int(p["mp"]), int(p["dim"])
+    n = int(p["encoders"]) * transformer_layer_params(dim, mp, int(p.get("ffn") or 0))
+    if p.get("stage") in ("first", "last"):
+        n += padded_vocab(int(p["vocab"]), mp) // mp * dim
+    return n
+
+
+@register_op
+class AdamStep(Op):
+    """One fused AdamW step over a parameter count (fp32 states): 12 FLOPs per parameter
+    (moments, bias corrections, update, weight decay); reads param, grad, m, v and writes
+    param, m, v: 7 × 4 bytes per parameter."""
+
+    name = "adam_step"
+    params = ()
+    defaults = {"mp": 1, "dim": 0, "encoders": 0, "n_params": 0, "stage": "middle",
+                "vocab": 50257, "ffn": 0}
+    passes = ("step",)
+    description = "fused AdamW step over a stage's parameters"
+    rules = (Rule("no parameters (give n_params, or dim and encoders)",
+                  lambda p: stage_params(p) > 0),)
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return {"step": 12.0 * stage_params(p)}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return {"step": 28.0 * stage_params(p)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return {"params": stage_params(p)}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        import torch
+
+        n = stage_params(p)
+        w = torch.zeros(n, dtype=torch.float32, device=device, requires_grad=True)
+        w.grad = torch.randn_like(w)
+        try:
+            opt = torch.optim.AdamW([w], lr=1e-4, fused=True)
+        except (RuntimeError, ValueError):
+            opt = torch.optim.AdamW([w], lr=1e-4, foreach=True)
+        return opt
+
+    def prepare(self, state: Any, pass_: str) -> Any:
+        return None
+
+    def execute(self, state: Any, pass_: str, prepared: Any) -> None:
+        state.step()
+
+
+def moe_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """(tokens, dim, experts, ffn per shard, top_k)."""
+    ffn = int(p["ffn"]) if p.get("ffn") else 4 * int(p["dim"])
+    return _tokens(p), int(p["dim"]), int(p["experts"]), ffn // int(p["mp"]), int(p["top_k"])
+
+
+@register_op
+class Moe(Op):
+    """Top-k routed mixture of GELU experts of one TP shard: router 2·T·d·E, experts
+    2·(k·T)·(2·d·f) fwd (up and down projections); bwd twice the expert and router FLOPs."""
+
+    name = "moe"
+    params = ("b", "l", "dim", "experts", "top_k")
+    defaults = {"mp": 1, "ffn": 0}
+    description = "mixture of experts: top-k routing + grouped expert GEMMs"
+    rules = (Rule("top_k > experts", lambda p: p["top_k"] <= p["experts"]),
+             Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0))
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, d, e, f, k = moe_dims(p)
+        fwd = 2.0 * t * d * e + 2.0 * k * t * 2 * d * f
+        return {"fwd": fwd, "bwd": 2.0 * fwd}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, d, e, f, k = moe_dims(p)
+        b = dtype_bytes(p["dtype"])
+        weights = e * 2 * d * f + d * e
+        return {"fwd": b * (2 * t * d + weights + 2 * k * t * f),
+                "bwd": b * (3 * t * d + 2 * weights + 3 * k * t * f)}
+
+    def features(self, p: Mapping[str, Any]) -> dict[str, float]:
+        t, d, e, f, k = moe_dims(p)
+        return {"tokens": t, "dim": d, "experts": e, "ffn_shard": f, "top_k": k}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        t, d, e, f, k = moe_dims(p)
+        dt = p["dtype"]
+        return (randn(t, d, dtype=dt, device=device), randn(d, e, dtype=dt, device=device),
+                randn(e, d, f, dtype=dt, device=device), randn(e, f, d, dtype=dt, device=device), k)
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, router, w_up, w_down, k = state
+        gates = torch.softmax((x @ router).float(), dim=-1)
+        weight, expert = gates.topk(k, dim=-1)
+        out = torch.zeros_like(x)
+        for e in range(w_up.shape[0]):
+            rows, slot = (expert == e).nonzero(as_tuple=True)
+            if rows.numel():
+                h = torch.nn.functional.gelu(x[rows] @ w_up[e]) @ w_down[e]
+                out = out.index_add(0, rows, h * weight[rows, slot, None].to(h.dtype))
+        return out
+
+
+# estimate-train-time names
+register_alias("RMSlayernorm", "rmsnorm")
+register_alias("RoPE", "rope")
+register_alias("ScaledUpperTriangMaskedSoftmax", "masked_softmax")
+register_alias("res_add", "residual_add")
+register_alias("parallel_cross_entropy_128", "cross_entropy")
+register_alias("firstStage_optimizer", "adam_step", stage="first")
+register_alias("middleStage_optimizer", "adam_step", stage="middle")
+register_alias("lastStage_optimizer", "adam_step", stage="last")
