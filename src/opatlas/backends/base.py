@@ -11,6 +11,7 @@ from opatlas.ops.base import Op
 
 _BACKENDS: dict[str, str] = {
     "cpu": "opatlas.backends.cpu:CpuBackend",
+    "cuda": "opatlas.backends.cuda:CudaBackend",
 }
 
 
@@ -47,14 +48,17 @@ def list_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, **options: Any) -> Backend:
     try:
         target = _BACKENDS[name]
     except KeyError:
         raise OpatlasError(f"unknown backend {name!r}; known: {', '.join(list_backends())}") \
             from None
     module, cls = target.split(":")
-    backend = getattr(importlib.import_module(module), cls)()
+    try:
+        backend = getattr(importlib.import_module(module), cls)(**options)
+    except (TypeError, ValueError) as exc:
+        raise OpatlasError(f"backend {name!r}: bad option(s) {options}: {exc}") from None
     ok, why = backend.available()
     if not ok:
         raise OpatlasError(f"backend {name!r} cannot run here: {why}")

@@ -7,13 +7,17 @@ from pathlib import Path
 import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, StoreOpt, WhereOpt, load
+from opatlas.errors import OpatlasError
 from opatlas.run import RunConfig, run_spec
 from opatlas.store import Store
 
 
 def run(
     spec: str = typer.Argument(..., help="Spec file or built-in spec name."),
-    backend: str = typer.Option("cpu", "--backend", help="Where to run: cpu (more to come)."),
+    backend: str = typer.Option("cpu", "--backend", help="Where to run: cpu or cuda."),
+    backend_opt: list[str] | None = typer.Option(
+        None, "--backend-opt", help="Backend option key=value (cuda: timing=events|profiler, "
+                                    "graphs=1, flush_l2=1), repeatable."),
     store: Path = StoreOpt,
     repeats: int | None = typer.Option(None, "--repeats", min=1,
                                        help="Timed repeats per pass (default: the spec's)."),
@@ -40,9 +44,18 @@ def run(
         opatlas run flash_atten.yml --parts 4 --part 2 --store part2.duckdb
 
         opatlas run linear.yml --where "dim >= 4096 and mp == 2" --timeout 30
+
+        opatlas run linear.yml --backend cuda --backend-opt timing=profiler
     """
     s = load(spec, ops_module)
-    cfg = RunConfig(backend=backend, repeats=repeats, warmup=warmup, timeout_s=timeout,
+    options = {}
+    for item in backend_opt or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise OpatlasError(f"--backend-opt {item!r}: expected key=value")
+        options[key.strip()] = value.strip()
+    cfg = RunConfig(backend=backend, backend_options=options, repeats=repeats, warmup=warmup,
+                    timeout_s=timeout,
                     retry_failed=retry_failed, log_every=log_every,
                     ops_modules=list(ops_module or []))
     with Store(store) as st:

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from opatlas.backends import get_backend
 from opatlas.errors import OpatlasError
@@ -35,6 +36,7 @@ class RunConfig:
     log_every: int = 100
     interactive: bool | None = None
     ops_modules: Sequence[str] = ()
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -62,7 +64,7 @@ class Runner:
         self.config = config or RunConfig()
         for m in self.config.ops_modules:
             load_ops_module(m)
-        self.backend = get_backend(self.config.backend)
+        self.backend = get_backend(self.config.backend, **self.config.backend_options)
         self.device = self.backend.device_name()
         self.versions = canonical_json(self.backend.versions())
 
@@ -80,7 +82,8 @@ class Runner:
             statuses=("ok", "invalid") if cfg.retry_failed else None)
         todo = [v for v in vectors if v.id not in skip]
         summary = RunSummary(total=len(vectors), skipped=len(vectors) - len(todo))
-        worker = WorkerHandle(cfg.backend, [str(m) for m in cfg.ops_modules])
+        worker = WorkerHandle(cfg.backend, [str(m) for m in cfg.ops_modules],
+                              backend_options=cfg.backend_options)
         pending: list[ResultRow] = []
         last_flush = time.monotonic()
         t0 = time.monotonic()

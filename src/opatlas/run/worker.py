@@ -34,7 +34,8 @@ def _classify(exc: BaseException) -> str:
     return "error"
 
 
-def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str]) -> None:
+def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str],
+                backend_options: Mapping[str, Any] | None = None) -> None:
     """Child loop: receive (op, params, passes, repeats, warmup); answer with an outcome."""
     from opatlas.backends import get_backend
     from opatlas.ops import load_ops_module
@@ -42,7 +43,7 @@ def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str]) -> Non
 
     for m in ops_modules:
         load_ops_module(m)
-    backend = get_backend(backend_name)
+    backend = get_backend(backend_name, **(backend_options or {}))
     while True:
         try:
             msg = conn.recv()
@@ -66,8 +67,10 @@ class WorkerHandle:
     """Parent side of one worker; restarts it after a crash or a timeout."""
 
     def __init__(self, backend_name: str, ops_modules: Sequence[str] = (),
-                 start_method: str = "spawn") -> None:
+                 start_method: str = "spawn",
+                 backend_options: Mapping[str, Any] | None = None) -> None:
         self.backend_name = backend_name
+        self.backend_options = dict(backend_options or {})
         self.ops_modules = list(ops_modules)
         self.ctx = mp.get_context(start_method)
         self.proc: Any = None
@@ -77,7 +80,8 @@ class WorkerHandle:
     def _start(self) -> None:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=worker_main, daemon=True,
-                                     args=(child, self.backend_name, self.ops_modules))
+                                     args=(child, self.backend_name, self.ops_modules,
+                                           self.backend_options))
         self.proc.start()
         child.close()
         self.conn = parent
