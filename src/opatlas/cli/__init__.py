@@ -19,7 +19,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from opatlas.cli import bound_cmd, demo_cmd, results_cmd, run_cmd, sweep_cmd
+    from opatlas.cli import bound_cmd, collectives_cmd, demo_cmd, results_cmd, run_cmd, sweep_cmd
 
     app.add_typer(sweep_cmd.app, name="sweep")
     app.command("run")(run_cmd.run)
@@ -28,6 +28,7 @@ def _register() -> None:
     app.command("ops")(sweep_cmd.ops)
     app.command("demo")(demo_cmd.demo)
     app.add_typer(bound_cmd.app, name="bound")
+    app.command("collectives")(collectives_cmd.collectives)
 
 
 _register()

@@ -1,0 +1,54 @@
+"""``opatlas collectives``: measure a collective on this node with torchrun."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from opatlas.errors import OpatlasError
+
+
+def collectives(
+    op: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | all_to_all | "
+                                       "send_recv"),
+    nproc: int = typer.Option(2, "--nproc", min=2, help="Ranks (processes) on this node."),
+    sizes: str = typer.Option("1048576", "--sizes", help="Total elements, comma-separated."),
+    backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
+    dtype: str = typer.Option("fp32", "--dtype"),
+    repeats: int = typer.Option(10, "--repeats", min=1),
+    link_peak_gbps: float | None = typer.Option(None, "--link-peak-gbps",
+                                                help="Flag bus bandwidths above this as invalid."),
+    store: Path | None = typer.Option(None, "--store", help="Also record the results here."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Time a collective on every rank; record the slowest rank; report algbw and busbw.
+
+    Examples:
+
+        opatlas collectives all_reduce --nproc 4 --sizes 1024,1048576
+
+        opatlas collectives all_gather --nproc 8 --backend nccl --dtype bf16 --link-peak-gbps 450
+    """
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise OpatlasError(f"--sizes {sizes!r}: expected comma-separated integers") from None
+    from opatlas.ops.collectives import record, run_collective
+
+    df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype, repeats=repeats,
+                        link_peak_gbps=link_peak_gbps)
+    if store is not None:
+        from opatlas.backends.cpu import cpu_model_name
+        from opatlas.store import Store
+
+        with Store(store) as st:
+            record(st, df, cpu_model_name() if backend == "gloo" else backend)
+    if as_json:
+        typer.echo(json.dumps(df.drop(columns=["samples_ns"]).to_dict("records")))
+        return
+    for r in df.to_dict("records"):
+        typer.echo(f"{r['op']:<15} {r['elements']:>12} el  {r['world_size']} ranks  "
+                   f"{r['median_ns'] / 1e3:>10.1f} µs  algbw {r['algbw_GBps']:.3f} GB/s  "
+                   f"busbw {r['busbw_GBps']:.3f} GB/s  {r['status']} {r['message']}")
