@@ -51,7 +51,7 @@ def _ref_rope(s):
 
 
 def _ref_attention(s):
-    q, k, v, causal = s
+    q, k, v, causal, _ = s
     q, k, v = q.double(), k.double(), v.double()
     rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)

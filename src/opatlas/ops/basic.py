@@ -256,7 +256,7 @@ class FlashAttention(Op):
 
     name = "flash_attention"
     params = ("b", "h", "l", "dim")
-    defaults = {"mp": 1, "causal": 1, "kv_heads": 0}
+    defaults = {"mp": 1, "causal": 1, "kv_heads": 0, "impl": "auto"}
     description = "fused scaled-dot-product attention, MHA or GQA (flash backend where available)"
     rules = (*_heads_rules(),
              Rule("h % kv_heads != 0", lambda p: p["h"] % (p["kv_heads"] or p["h"]) == 0),
@@ -277,18 +277,36 @@ class FlashAttention(Op):
         return {"b": b, "heads": h, "kv_heads": kv_heads(p), "l": l, "head_dim": d}
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
+        """``impl``: ``sdpa`` (PyTorch, flash backend where it applies), ``flash_attn`` (the
+        flash-attn package, (b, l, h, d) layout), or ``auto`` (flash_attn when importable on
+        CUDA in fp16/bf16)."""
         b, h, l, d = attention_dims(p)
         kv = kv_heads(p)
-        return (randn(b, h, l, d, dtype=p["dtype"], device=device),
-                randn(b, kv, l, d, dtype=p["dtype"], device=device),
-                randn(b, kv, l, d, dtype=p["dtype"], device=device), bool(p["causal"]))
+        use_fa = p["impl"] == "flash_attn" or (
+            p["impl"] == "auto" and device.startswith("cuda") and p["dtype"] in ("fp16", "bf16")
+            and flash_attn_func() is not None)
+        shape = (lambda n: (b, l, n, d)) if use_fa else (lambda n: (b, n, l, d))
+        return (randn(*shape(h), dtype=p["dtype"], device=device),
+                randn(*shape(kv), dtype=p["dtype"], device=device),
+                randn(*shape(kv), dtype=p["dtype"], device=device), bool(p["causal"]), use_fa)
 
     def forward(self, state: Any) -> Any:
         import torch
 
-        q, k, v, causal = state
+        q, k, v, causal, use_fa = state
+        if use_fa:
+            return flash_attn_func()(q, k, v, causal=causal)
         return torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def flash_attn_func() -> Any:
+    """``flash_attn.flash_attn_func`` when the package imports, else None."""
+    try:
+        from flash_attn import flash_attn_func as fn
+    except ImportError:
+        return None
+    return fn
 
 
 @register_op
