@@ -139,3 +139,39 @@ def test_low_precision_dtypes_run(dtype):
     op, p = _p("linear", b=1, l=8, dim=16, dtype=dtype)
     assert op.forward(op.build(p, "cpu")).dtype == getattr(torch, {"fp16": "float16",
                                                                   "bf16": "bfloat16"}[dtype])
+
+
+def test_batch_evaluation_equals_per_row_evaluation_for_every_op():
+    import numpy as np
+    import pandas as pd
+
+    from opatlas.ops import list_ops
+    from opatlas.ops.batch import batch_counts
+
+    rng = np.random.default_rng(0)
+    for name in list_ops(include_aliases=True):
+        op, fixed = get_op(name)
+        if name in ("noop", "fault"):
+            continue
+        rows = []
+        while len(rows) < 40:
+            cand = {"b": int(rng.choice([1, 2, 4])), "l": int(rng.choice([128, 512, 1000])),
+                    "dim": int(rng.choice([256, 1024, 4096])), "h": int(rng.choice([4, 8, 16])),
+                    "mp": int(rng.choice([1, 2, 4])), "experts": 8, "top_k": 2,
+                    "encoders": int(rng.choice([1, 4])), "kv_heads": int(rng.choice([0, 4])),
+                    "ffn": int(rng.choice([0, 2048])), "causal": int(rng.choice([0, 1])),
+                    "n_params": int(rng.choice([0, 1000]))}
+            cand = {k: v for k, v in cand.items() if k in op.params or k in op.defaults}
+            full = op.resolve({**fixed, **cand})
+            if op.invalid_reason(full) is None:
+                rows.append(cand)
+        df = pd.DataFrame(rows)
+        batch = batch_counts(name, df)
+        for i, row in enumerate(rows):
+            full = op.resolve({**fixed, **row})
+            for pass_, v in op.flops(full).items():
+                assert batch[f"flops_{pass_}"].iloc[i] == pytest.approx(float(v)), (name, row)
+            for pass_, v in op.min_bytes(full).items():
+                assert batch[f"bytes_{pass_}"].iloc[i] == pytest.approx(float(v)), (name, row)
+            for feat, v in op.features(full).items():
+                assert batch[feat].iloc[i] == pytest.approx(float(v)), (name, feat)

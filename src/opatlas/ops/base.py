@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from opatlas.errors import InvalidShape
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -16,6 +18,27 @@ def dtype_bytes(dtype: str) -> int:
         return DTYPE_BYTES[dtype]
     except KeyError:
         raise InvalidShape(f"unknown dtype {dtype!r}; known: {sorted(DTYPE_BYTES)}") from None
+
+
+def I(x: Any) -> Any:  # noqa: E743 - short on purpose: used in every formula
+    """An integer for a scalar, an int64 array for an array: formulas work on both, so the
+    catalog's counts and features evaluate a whole batch of shapes at once."""
+    if isinstance(x, np.ndarray):
+        return x.astype(np.int64)
+    return int(x)
+
+
+def pick(cond: Any, a: Any, b: Any) -> Any:
+    """``a if cond else b``, elementwise when any argument is an array."""
+    if any(isinstance(v, np.ndarray) for v in (cond, a, b)):
+        return np.where(cond, a, b)
+    return a if cond else b
+
+
+def opt(p: Mapping[str, Any], key: str) -> Any:
+    """An optional numeric parameter, 0 when absent or None."""
+    v = p.get(key)
+    return 0 if v is None else I(v)
 
 
 @dataclass(frozen=True)
@@ -72,8 +95,8 @@ class Op:
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         """Shape -> model features (numeric). Default: the numeric parameters themselves."""
-        return {k: float(v) for k, v in p.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)}
+        return {k: v for k, v in p.items()
+                if isinstance(v, int | float | np.ndarray) and not isinstance(v, bool)}
 
     # -- execution --------------------------------------------------------------------------
     def build(self, p: Mapping[str, Any], device: str) -> Any:

@@ -9,11 +9,10 @@ must be read or written once, at the op's dtype.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from opatlas.ops.base import Op, Rule, dtype_bytes
+from opatlas.ops.base import I, Op, Rule, dtype_bytes, opt, pick
 from opatlas.ops.registry import register_alias, register_op
 from opatlas.ops.torchutil import randn
 
@@ -21,19 +20,20 @@ LINEAR_ROLES = ("qkv", "out", "ffn_up", "ffn_down", "vocab")
 
 
 def _ffn(p: Mapping[str, Any]) -> int:
-    return int(p["ffn"]) if p.get("ffn") else 4 * int(p["dim"])
+    ffn = opt(p, "ffn")
+    return pick(ffn > 0, ffn, 4 * I(p["dim"]))
 
 
-def padded_vocab(vocab: int, mp: int, multiple: int = 128) -> int:
+def padded_vocab(vocab: Any, mp: Any, multiple: int = 128) -> Any:
     """Megatron/GPT-NeoX vocabulary padding: a multiple of ``multiple·mp``."""
     unit = multiple * mp
-    return math.ceil(vocab / unit) * unit
+    return -(-vocab // unit) * unit
 
 
 def linear_dims(p: Mapping[str, Any]) -> tuple[int, int, int]:
     """(tokens, in_features, out_features) of one tensor-parallel shard of a transformer linear."""
-    mp, dim, role = int(p["mp"]), int(p["dim"]), p["role"]
-    tokens = int(p["b"]) * int(p["l"])
+    mp, dim, role = I(p["mp"]), I(p["dim"]), p["role"]
+    tokens = I(p["b"]) * I(p["l"])
     if role == "qkv":
         return tokens, dim, 3 * dim // mp
     if role == "out":
@@ -43,7 +43,7 @@ def linear_dims(p: Mapping[str, Any]) -> tuple[int, int, int]:
     if role == "ffn_down":
         return tokens, _ffn(p) // mp, dim
     if role == "vocab":
-        return tokens, dim, padded_vocab(int(p["vocab"]), mp) // mp
+        return tokens, dim, padded_vocab(I(p["vocab"]), mp) // mp
     raise ValueError(f"unknown linear role {role!r}; one of {LINEAR_ROLES}")
 
 
@@ -97,8 +97,8 @@ def _heads_rules() -> tuple[Rule, ...]:
 
 def bmm_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """Attention-score BMM Q·Kᵀ of one shard: (batch=b·h/mp, M=l, K=dim/h, N=l)."""
-    return int(p["b"]) * int(p["h"]) // int(p["mp"]), int(p["l"]), int(p["dim"]) // int(p["h"]), \
-        int(p["l"])
+    return I(p["b"]) * I(p["h"]) // I(p["mp"]), I(p["l"]), I(p["dim"]) // I(p["h"]), \
+        I(p["l"])
 
 
 @register_op
@@ -177,15 +177,15 @@ class LayerNorm(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 8.0, 14.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return int(p["b"]) * int(p["l"]), int(p["dim"])
+        return I(p["b"]) * I(p["l"]), I(p["dim"])
 
     def param_elems(self, p: Mapping[str, Any]) -> int:
-        return 2 * int(p["dim"])
+        return 2 * I(p["dim"])
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         x = super().build(p, device)
-        w = randn(int(p["dim"]), dtype=p["dtype"], device=device)
-        b = randn(int(p["dim"]), dtype=p["dtype"], device=device)
+        w = randn(I(p["dim"]), dtype=p["dtype"], device=device)
+        b = randn(I(p["dim"]), dtype=p["dtype"], device=device)
         return x, w, b
 
     def forward(self, state: Any) -> Any:
@@ -208,7 +208,7 @@ class Softmax(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 5.0, 4.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return int(p["b"]) * int(p["h"]) // int(p["mp"]) * int(p["l"]), int(p["l"])
+        return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
 
     def forward(self, state: Any) -> Any:
         import torch
@@ -229,7 +229,7 @@ class Gelu(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 8.0, 13.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return int(p["b"]) * int(p["l"]), _ffn(p) // int(p["mp"])
+        return I(p["b"]) * I(p["l"]), _ffn(p) // I(p["mp"])
 
     def forward(self, state: Any) -> Any:
         import torch
@@ -239,12 +239,13 @@ class Gelu(_Rowwise):
 
 def attention_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """(batch b, heads per shard h/mp, sequence l, head dim dim/h)."""
-    return int(p["b"]), int(p["h"]) // int(p["mp"]), int(p["l"]), int(p["dim"]) // int(p["h"])
+    return I(p["b"]), I(p["h"]) // I(p["mp"]), I(p["l"]), I(p["dim"]) // I(p["h"])
 
 
 def kv_heads(p: Mapping[str, Any]) -> int:
     """Key/value heads per shard (GQA/MQA when fewer than the query heads)."""
-    return (int(p.get("kv_heads") or p["h"])) // int(p["mp"])
+    kv = opt(p, "kv_heads")
+    return pick(kv > 0, kv, I(p["h"])) // I(p["mp"])
 
 
 @register_op
@@ -264,7 +265,7 @@ class FlashAttention(Op):
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
         b, h, l, d = attention_dims(p)
-        f = 4.0 * b * h * l * l * d * (0.5 if p["causal"] else 1.0)
+        f = 4.0 * b * h * l * l * d * pick(I(p["causal"]) != 0, 0.5, 1.0)
         return {"fwd": f, "bwd": 2.5 * f}
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:

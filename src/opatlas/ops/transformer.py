@@ -11,14 +11,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from opatlas.ops.base import Op, Rule, dtype_bytes
+from opatlas.ops.base import I, Op, Rule, dtype_bytes, opt, pick
 from opatlas.ops.basic import _ffn, _heads_rules, _Rowwise, attention_dims, padded_vocab
 from opatlas.ops.registry import register_alias, register_op
 from opatlas.ops.torchutil import randn, torch_dtype
 
 
 def _tokens(p: Mapping[str, Any]) -> int:
-    return int(p["b"]) * int(p["l"])
+    return I(p["b"]) * I(p["l"])
 
 
 @register_op
@@ -32,25 +32,25 @@ class Embedding(Op):
     description = "vocab-parallel token embedding (one TP shard of the table)"
 
     def shard_rows(self, p: Mapping[str, Any]) -> int:
-        return padded_vocab(int(p["vocab"]), int(p["mp"])) // int(p["mp"])
+        return padded_vocab(I(p["vocab"]), I(p["mp"])) // I(p["mp"])
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"fwd": 0.0, "bwd": float(_tokens(p) * int(p["dim"]))}
+        return {"fwd": 0.0 * _tokens(p), "bwd": 1.0 * _tokens(p) * I(p["dim"])}
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
-        t, d, e = _tokens(p), int(p["dim"]), dtype_bytes(p["dtype"])
+        t, d, e = _tokens(p), I(p["dim"]), dtype_bytes(p["dtype"])
         return {"fwd": 2.0 * e * t * d + 8 * t,
                 "bwd": e * (t * d + self.shard_rows(p) * d) + 8 * t}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"tokens": _tokens(p), "vocab_rows": self.shard_rows(p), "dim": int(p["dim"])}
+        return {"tokens": _tokens(p), "vocab_rows": self.shard_rows(p), "dim": I(p["dim"])}
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         import torch
 
         rows = self.shard_rows(p)
-        idx = torch.randint(0, rows, (int(p["b"]), int(p["l"])), device=device)
-        return idx, randn(rows, int(p["dim"]), dtype=p["dtype"], device=device)
+        idx = torch.randint(0, rows, (I(p["b"]), I(p["l"])), device=device)
+        return idx, randn(rows, I(p["dim"]), dtype=p["dtype"], device=device)
 
     def forward(self, state: Any) -> Any:
         import torch
@@ -68,13 +68,13 @@ class RmsNorm(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 4.0, 8.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), int(p["dim"])
+        return _tokens(p), I(p["dim"])
 
     def param_elems(self, p: Mapping[str, Any]) -> int:
-        return int(p["dim"])
+        return I(p["dim"])
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
-        return super().build(p, device), randn(int(p["dim"]), dtype=p["dtype"], device=device)
+        return super().build(p, device), randn(I(p["dim"]), dtype=p["dtype"], device=device)
 
     def forward(self, state: Any) -> Any:
         import torch
@@ -96,7 +96,7 @@ class SwiGlu(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 12.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), _ffn(p) // int(p["mp"])
+        return _tokens(p), _ffn(p) // I(p["mp"])
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
@@ -178,11 +178,11 @@ class MaskedSoftmax(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 5.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return int(p["b"]) * int(p["h"]) // int(p["mp"]) * int(p["l"]), int(p["l"])
+        return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
-        l = int(p["l"])
-        x = randn(int(p["b"]), int(p["h"]) // int(p["mp"]), l, l, dtype=p["dtype"], device=device)
+        l = I(p["l"])
+        x = randn(I(p["b"]), I(p["h"]) // I(p["mp"]), l, l, dtype=p["dtype"], device=device)
         return x, _causal_mask(l, device)
 
     def forward(self, state: Any) -> Any:
@@ -204,11 +204,11 @@ class FillMask(_Rowwise):
     rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return int(p["b"]) * int(p["h"]) // int(p["mp"]) * int(p["l"]), int(p["l"])
+        return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
-        e, l = dtype_bytes(p["dtype"]), int(p["l"])
+        e, l = dtype_bytes(p["dtype"]), I(p["l"])
         return {"fwd": e * 2 * r * w + l * l, "bwd": e * 2 * r * w + l * l}
 
     build = MaskedSoftmax.build
@@ -272,7 +272,7 @@ class ResidualAdd(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 1.0, 1.0
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), int(p["dim"])
+        return _tokens(p), I(p["dim"])
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
@@ -297,7 +297,7 @@ class CrossEntropy(Op):
     description = "vocab-parallel cross-entropy loss of one TP shard"
 
     def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), padded_vocab(int(p["vocab"]), int(p["mp"])) // int(p["mp"])
+        return _tokens(p), padded_vocab(I(p["vocab"]), I(p["mp"])) // I(p["mp"])
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
@@ -325,10 +325,10 @@ class CrossEntropy(Op):
         return torch.nn.functional.cross_entropy(logits.float(), target)
 
 
-def transformer_layer_params(dim: int, mp: int, ffn: int = 0, gated: bool = False) -> int:
+def transformer_layer_params(dim: Any, mp: Any, ffn: Any = 0, gated: bool = False) -> Any:
     """Parameters of one GPT-style layer on one TP shard: attention 4·d² + 4·d (QKV, out, biases),
     MLP 2·d·f + f + d (3·d·f for gated), two norms 4·d (not sharded)."""
-    f = ffn or 4 * dim
+    f = pick(ffn > 0, ffn, 4 * dim)
     attn = 4 * dim * dim + 4 * dim
     mlp = (3 if gated else 2) * dim * f + f + dim
     return (attn + mlp) // mp + 4 * dim
@@ -337,13 +337,12 @@ def transformer_layer_params(dim: int, mp: int, ffn: int = 0, gated: bool = Fals
 def stage_params(p: Mapping[str, Any]) -> int:
     """Parameter count of an optimizer step: ``n_params`` if given, else ``encoders`` layers of
     ``dim`` (plus the vocab shard for a first/last pipeline stage, as upstream's stages)."""
-    if p.get("n_params"):
-        return int(p["n_params"])
-    mp, dim = int(p["mp"]), int(p["dim"])
-    n = int(p["encoders"]) * transformer_layer_params(dim, mp, int(p.get("ffn") or 0))
+    mp, dim = I(p["mp"]), I(p["dim"])
+    n = I(p["encoders"]) * transformer_layer_params(dim, mp, opt(p, "ffn"))
     if p.get("stage") in ("first", "last"):
-        n += padded_vocab(int(p["vocab"]), mp) // mp * dim
-    return n
+        n = n + padded_vocab(I(p["vocab"]), mp) // mp * dim
+    given = opt(p, "n_params")
+    return pick(given > 0, given, n)
 
 
 @register_op
@@ -359,7 +358,7 @@ class AdamStep(Op):
     passes = ("step",)
     description = "fused AdamW step over a stage's parameters"
     rules = (Rule("no parameters (give n_params, or dim and encoders)",
-                  lambda p: stage_params(p) > 0),)
+                  lambda p: bool(stage_params(p) > 0)),)
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
         return {"step": 12.0 * stage_params(p)}
@@ -391,8 +390,7 @@ class AdamStep(Op):
 
 def moe_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     """(tokens, dim, experts, ffn per shard, top_k)."""
-    ffn = int(p["ffn"]) if p.get("ffn") else 4 * int(p["dim"])
-    return _tokens(p), int(p["dim"]), int(p["experts"]), ffn // int(p["mp"]), int(p["top_k"])
+    return _tokens(p), I(p["dim"]), I(p["experts"]), _ffn(p) // I(p["mp"]), I(p["top_k"])
 
 
 @register_op
