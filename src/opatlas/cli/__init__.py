@@ -19,7 +19,15 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from opatlas.cli import bound_cmd, collectives_cmd, demo_cmd, results_cmd, run_cmd, sweep_cmd
+    from opatlas.cli import (
+        bound_cmd,
+        collectives_cmd,
+        demo_cmd,
+        fit_cmd,
+        results_cmd,
+        run_cmd,
+        sweep_cmd,
+    )
 
     app.add_typer(sweep_cmd.app, name="sweep")
     app.command("run")(run_cmd.run)
@@ -29,6 +37,8 @@ def _register() -> None:
     app.command("demo")(demo_cmd.demo)
     app.add_typer(bound_cmd.app, name="bound")
     app.command("collectives")(collectives_cmd.collectives)
+    app.command("fit")(fit_cmd.fit)
+    app.command("predict")(fit_cmd.predict)
 
 
 _register()

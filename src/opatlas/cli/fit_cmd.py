@@ -1,0 +1,135 @@
+"""``opatlas fit`` and ``opatlas predict``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from opatlas.errors import OpatlasError
+
+
+def fit(
+    data: str = typer.Option("bundled", "--data", help="Store file, folder of estimate-train-"
+                                                       "time CSVs, or 'bundled' (A100)."),
+    recipe: str = typer.Option("hybrid", "--recipe", help="hybrid | gbm | ett | reshard"),
+    op: list[str] | None = typer.Option(None, "--op", help="Only these ops (repeatable)."),
+    split: str = typer.Option("random", "--split",
+                              help="random[:FRAC] | kfold:K | extrapolate:COL:FRAC | group:COL"),
+    out: Path | None = typer.Option(None, "--out", help="Write the metrics (or reshard models) "
+                                                        "CSV here."),
+    shards: int = typer.Option(1, "--shards", min=1, help="reshard: split the CSV into N files."),
+    no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the ett baseline."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Fit op runtime models and report held-out errors next to estimate-train-time's models.
+
+    Examples:
+
+        opatlas fit --op linear1 --op flash_atten
+
+        opatlas fit --split extrapolate:dim:0.2 --json
+
+        opatlas fit --data my.duckdb --recipe reshard --out models.csv --shards 12
+    """
+    from opatlas.fit.data import load_op_data
+
+    if recipe == "reshard":
+        _fit_reshard(data, out, shards, as_json)
+        return
+    from opatlas.fit.evaluate import evaluate_all
+
+    evs = evaluate_all(load_op_data(data), recipe, split, ops=op, baseline=not no_baseline)
+    if not evs:
+        raise OpatlasError(f"no (op, pass) with at least 10 rows in {data}"
+                           + (f" for ops {op}" if op else ""))
+    rows = [e.as_json() for e in evs]
+    if out is not None:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(out, index=False)
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table("op", "pass", "recipe", "n train/test", "MAPE %", "RMSRE %", "r²", "max err %",
+                  "ett MAPE %", title=f"held-out errors, split {split}")
+    for r in rows:
+        base = r["baseline_mape"]
+        table.add_row(r["op"], r["pass"], r["recipe"], f"{r['n_train']}/{r['n_test']}",
+                      f"{100 * r['mape']:.2f}", f"{100 * r['rmsre']:.2f}", f"{r['r2']:.4f}",
+                      f"{100 * r['max_error']:.1f}", "-" if base is None else f"{100 * base:.2f}")
+    Console().print(table)
+
+
+def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool) -> None:
+    """Per-group linear models of reshard results: columns in_grid, out_grid, group, tiles."""
+    import pandas as pd
+
+    from opatlas.fit.linear import fit_linear_groups, write_models_csv
+    from opatlas.store import Store
+
+    path = Path(data)
+    if path.suffix == ".csv":
+        df = pd.read_csv(path)
+    else:
+        with Store(path, read_only=True) as st:
+            df = st.results()
+        df = df[df["status"] == "ok"].assign(y=lambda d: d["median_ns"])
+    need = {"in_grid", "out_grid", "group", "tiles"}
+    if not need <= set(df.columns):
+        raise OpatlasError(f"--recipe reshard needs columns {sorted(need)} (and a time); "
+                           f"{path} has {sorted(df.columns)[:12]}...")
+    ycol = "y" if "y" in df else "duration_ns"
+    models = fit_linear_groups(df, ["in_grid", "out_grid", "group"], "tiles", ycol)
+    if out is not None:
+        for p in write_models_csv(models, out, shards):
+            typer.echo(str(p))
+    if as_json:
+        typer.echo(models.to_json(orient="records"))
+    else:
+        typer.echo(f"{len(models)} models; median r² {models['r^2'].median():.4f}, "
+                   f"median RMSRE {models['RMSRE'].median():.4f}")
+
+
+def predict(
+    op: str = typer.Argument(..., help="Op name (catalog or estimate-train-time name)."),
+    shape: list[str] = typer.Option(..., "--shape", help="k=v, repeatable, e.g. --shape mp=2."),
+    device: str = typer.Option("NVIDIAA100-SXM4-80GB", "--device"),
+    dtype: str = typer.Option("fp16", "--dtype"),
+    recipe: str = typer.Option("hybrid", "--recipe"),
+    data: str = typer.Option("bundled", "--data"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Predict an op's forward and backward time at one shape (models fitted on first use).
+
+    Example:
+
+        opatlas predict linear1 --shape mp=2 --shape b=4 --shape l=4096 --shape dim=4096
+    """
+    from opatlas.predict import Predictor
+
+    params: dict = {}
+    for item in shape:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise OpatlasError(f"--shape {item!r}: expected key=value")
+        params[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+    pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data)
+    out = {}
+    for pass_ in ("fwd", "bwd", "step"):
+        try:
+            out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
+        except OpatlasError:
+            continue
+    if not out:
+        raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
+                           f"{', '.join(pred.ops())}")
+    if as_json:
+        typer.echo(json.dumps({"op": op, "shape": params, "device": device, "dtype": dtype,
+                               "us": out}))
+    else:
+        for k, v in out.items():
+            typer.echo(f"{op} {k}: {v:,.1f} µs")

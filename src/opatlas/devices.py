@@ -1,0 +1,66 @@
+"""Device catalog: peak dense FLOP/s per dtype, memory bandwidth, on-chip buffer, memory size,
+with the source of each figure. Used by roofline features, hybrid models and bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opatlas.errors import OpatlasError
+
+T = 1e12
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    peak_flops: dict[str, float]   # dense, per dtype
+    bandwidth: float               # bytes/s, off-chip memory
+    onchip_bytes: float            # last-level on-chip cache/SRAM
+    memory_bytes: float
+    compute_units: int             # SMs / CUs / Tensix cores (for wave quantisation)
+    source: str
+    aliases: tuple[str, ...] = field(default=())
+
+    def peak(self, dtype: str) -> float:
+        try:
+            return self.peak_flops[dtype]
+        except KeyError:
+            raise OpatlasError(f"device {self.name} has no peak FLOP/s for dtype {dtype!r} "
+                               f"(known: {sorted(self.peak_flops)})") from None
+
+
+GiB, MiB = 2**30, 2**20
+DEVICES = {d.name: d for d in (
+    Device("A100-SXM4-80GB", {"fp16": 312 * T, "bf16": 312 * T, "tf32": 156 * T, "fp32": 19.5 * T,
+                              "fp64": 19.5 * T}, 2.039e12, 40 * MiB, 80 * GiB, 108,
+           "NVIDIA A100 Tensor Core GPU datasheet (dense Tensor Core peaks; HBM2e 2,039 GB/s)",
+           ("NVIDIAA100-SXM4-80GB", "A100")),
+    Device("H100-SXM5-80GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
+                              "fp32": 66.9 * T, "fp8": 1978.9 * T, "fp64": 66.9 * T},
+           3.35e12, 50 * MiB, 80 * GiB, 132,
+           "NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense; HBM3 3.35 TB/s)",
+           ("NVIDIAH10080GBHBM3", "H100", "NVIDIAH100")),
+    Device("H200-SXM-141GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
+                              "fp32": 66.9 * T, "fp8": 1978.9 * T}, 4.8e12, 50 * MiB, 141e9,
+           132, "NVIDIA H200 datasheet (H100 compute; HBM3e 4.8 TB/s, 141 GB)",
+           ("NVIDIAH200", "H200")),
+    Device("GH200-96GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
+                          "fp32": 66.9 * T, "fp8": 1978.9 * T}, 4.0e12, 50 * MiB, 96 * GiB, 132,
+           "NVIDIA GH200 Grace Hopper datasheet (H100 compute; 96 GB HBM3 at 4 TB/s)",
+           ("NVIDIAGH200480GB", "GH200")),
+    Device("MI300X", {"fp16": 1307.4 * T, "bf16": 1307.4 * T, "tf32": 653.7 * T,
+                      "fp32": 163.4 * T, "fp8": 2614.9 * T}, 5.3e12, 256 * MiB, 192 * GiB, 304,
+           "AMD Instinct MI300X data sheet (dense matrix peaks; HBM3 5.3 TB/s; 256 MB Infinity "
+           "Cache)", ("AMDInstinctMI300X",)),
+    Device("Wormhole-n150", {"fp16": 74 * T, "bf16": 74 * T, "fp8": 262 * T}, 288e9, 108 * MiB,
+           12 * GiB, 72, "Tenstorrent Wormhole n150 spec sheet (FP16 74 TFLOPS, FP8 262; "
+           "12 GB GDDR6 at 288 GB/s; 72 Tensix cores x 1.5 MB SRAM)", ("n150", "wormhole_b0")),
+)}
+
+
+def get_device(name: str) -> Device:
+    key = name.replace(" ", "")
+    for d in DEVICES.values():
+        if key in (d.name, *d.aliases):
+            return d
+    raise OpatlasError(f"unknown device {name!r}; known: {', '.join(DEVICES)}")

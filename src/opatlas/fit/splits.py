@@ -1,0 +1,56 @@
+"""Train/test splits: ``random[:FRAC]`` (one shuffled split, default 20% test),
+``kfold:K``, ``extrapolate:COL:FRAC`` (test on the top FRAC of COL's distinct values — no test
+value is ever seen in training), ``group:COL`` (leave one group out)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from opatlas.errors import OpatlasError
+
+SEED = 42
+
+
+def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield (train positions, test positions)."""
+    kind, _, rest = spec.partition(":")
+    n = len(df)
+    rng = np.random.default_rng(SEED)
+    if kind == "random":
+        frac = float(rest) if rest else 0.2
+        if not 0 < frac < 1:
+            raise OpatlasError(f"split {spec!r}: the test fraction must be in (0, 1)")
+        perm = rng.permutation(n)
+        k = max(1, round(n * frac))
+        yield np.sort(perm[k:]), np.sort(perm[:k])
+    elif kind == "kfold":
+        k = int(rest or 5)
+        folds = np.array_split(rng.permutation(n), k)
+        for i in range(k):
+            test = folds[i]
+            yield np.sort(np.concatenate([f for j, f in enumerate(folds) if j != i])), np.sort(test)
+    elif kind == "extrapolate":
+        col, _, frac_s = rest.partition(":")
+        if col not in df:
+            raise OpatlasError(f"split {spec!r}: no column {col!r} (have {sorted(df.columns)})")
+        values = np.sort(df[col].unique())
+        k = max(1, round(len(values) * float(frac_s or 0.2)))
+        if k >= len(values):
+            raise OpatlasError(f"split {spec!r}: {col} has too few distinct values")
+        cut = values[-k]
+        mask = (df[col] >= cut).to_numpy()
+        yield np.flatnonzero(~mask), np.flatnonzero(mask)
+    elif kind == "group":
+        cols = [c for c in rest.split(",") if c]
+        missing = [c for c in cols if c not in df]
+        if not cols or missing:
+            raise OpatlasError(f"split {spec!r}: name group column(s) present in the data")
+        keys = df[cols].astype(str).agg("|".join, axis=1).to_numpy()
+        for g in np.unique(keys):
+            yield np.flatnonzero(keys != g), np.flatnonzero(keys == g)
+    else:
+        raise OpatlasError(f"unknown split {spec!r}: use random[:FRAC], kfold:K, "
+                           f"extrapolate:COL:FRAC or group:COL")

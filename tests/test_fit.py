@@ -1,0 +1,145 @@
+"""Runtime models: reshard metrics by hand, exact linear recovery, CSV header, splits that never
+leak, hybrid extrapolation, registry, predictor, CLI contract."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from opatlas.fit.linear import RESHARD_HEADER, fit_line, fit_linear_groups, write_models_csv
+from opatlas.fit.metrics import mape, rmsre, rrmse
+from opatlas.fit.registry import ModelRegistry
+from opatlas.fit.splits import iter_splits
+from opatlas.predict import Predictor
+
+
+def test_reshard_metrics_by_hand():
+    y, yhat = np.array([100.0, 200.0, 400.0]), np.array([110.0, 180.0, 400.0])
+    # RMSE = sqrt((100 + 400 + 0) / 3); mean(y) = 700/3
+    assert rrmse(y, yhat) == pytest.approx(np.sqrt(500 / 3) / (700 / 3))
+    # relative errors 0.1, -0.1, 0
+    assert rmsre(y, yhat) == pytest.approx(np.sqrt(0.02 / 3))
+    assert mape(y, yhat) == pytest.approx(0.2 / 3)
+
+
+def test_synthetic_linear_data_is_recovered_exactly():
+    rng = np.random.default_rng(0)
+    rows = []
+    for g, (coef, icpt) in {"a": (2048.0, 900.0), "b": (512.5, 12.0)}.items():
+        for tiles in rng.integers(1, 500, 40):
+            rows += [{"in_grid": "2x2", "out_grid": "1x4", "group": g, "tiles": int(tiles),
+                      "y": coef * tiles + icpt}] * 2
+    models = fit_linear_groups(pd.DataFrame(rows), ["in_grid", "out_grid", "group"], "tiles", "y")
+    a = models.set_index("group").loc["a"]
+    assert a["coef"] == pytest.approx(2048.0) and a["intercept"] == pytest.approx(900.0)
+    assert a["r^2"] == pytest.approx(1.0) and a["RMSRE"] == pytest.approx(0.0, abs=1e-12)
+    assert models.set_index("group").loc["b", "coef"] == pytest.approx(512.5)
+    # points are averaged per distinct tile count, as the seed does
+    assert a["num_points"] == len({r["tiles"] for r in rows if r["group"] == "a"})
+
+
+def test_models_csv_header_is_byte_exact_and_shards(tmp_path):
+    models = pd.DataFrame([{"in_grid": "1x1", "out_grid": "2x1", "group": "g", **fit_line(
+        np.array([1.0, 2.0, 3.0]), np.array([3.0, 5.0, 7.1]))}] * 5)
+    (path,) = write_models_csv(models, tmp_path / "models.csv")
+    assert path.read_bytes().split(b"\n")[0] == \
+        b"in_grid,out_grid,group,coef,intercept,r^2,RRMSE,RMSRE,num_points"
+    parts = write_models_csv(models, tmp_path / "models.csv", shards=3)
+    assert [p.name for p in parts] == ["models.csv.0", "models.csv.1", "models.csv.2"]
+    assert sum(len(pd.read_csv(p)) for p in parts) == 5
+    assert all(list(pd.read_csv(p).columns) == list(RESHARD_HEADER) for p in parts)
+
+
+def test_extrapolation_split_never_leaks():
+    df = pd.DataFrame({"dim": np.repeat(np.arange(2048, 8193, 512), 7), "x": np.arange(91)})
+    (train, test), = list(iter_splits(df, "extrapolate:dim:0.2"))
+    assert set(df.iloc[train]["dim"]).isdisjoint(df.iloc[test]["dim"])
+    assert df.iloc[train]["dim"].max() < df.iloc[test]["dim"].min()
+    assert sorted(df.iloc[test]["dim"].unique()) == [7168, 7680, 8192]  # top 3 of 13
+    for tr, te in iter_splits(df, "group:dim"):
+        assert set(df.iloc[tr]["dim"]).isdisjoint(df.iloc[te]["dim"])
+    folds = list(iter_splits(df, "kfold:5"))
+    assert sorted(np.concatenate([te for _, te in folds])) == list(range(91))
+
+
+@pytest.fixture(scope="module")
+def predictor(tmp_path_factory):
+    return Predictor(cache_dir=tmp_path_factory.mktemp("models"))
+
+
+def test_hybrid_grows_with_flops_beyond_the_training_range(predictor):
+    dims = np.arange(4096, 32769, 1024)  # training data stops at dim 8192
+    shapes = pd.DataFrame({"mp": 1, "b": 4, "l": 2048, "dim": dims})
+    t = predictor.predict("linear3", shapes)
+    assert np.all(np.diff(t[dims >= 8192]) > 0)
+    # beyond the range the time scales like the FLOPs (4·dim² per token): ×4 from 16k to 32k
+    assert t[-1] / t[dims == 16384][0] == pytest.approx(4.0, rel=0.15)
+    gbm = Predictor(recipe="gbm", cache_dir=predictor.registry.root)
+    flat = gbm.predict("linear3", shapes)
+    assert flat[-1] / flat[dims == 16384][0] < 1.2  # trees clamp: ~flat where FLOPs grow 4x
+
+
+def test_predictor_is_vectorised_and_accepts_catalog_names(predictor):
+    shapes = {"mp": [1, 2, 4], "b": [4, 4, 4], "h": [32, 32, 32], "l": [4096] * 3,
+              "dim": [4096] * 3}
+    t = predictor.predict("flash_attention", shapes, pass_="bwd")
+    assert t.shape == (3,) and np.all(t > 0) and t[0] > t[1] > t[2]
+    one = predictor.predict("linear", [{"mp": 1, "b": 1, "l": 2048, "dim": 4096, "role": "qkv"}])
+    assert one[0] == pytest.approx(predictor.predict("linear1", [{"mp": 1, "b": 1, "l": 2048,
+                                                                  "dim": 4096}])[0])
+
+
+def test_registry_refits_stale_models_and_warns_on_other_versions(tmp_path):
+    reg = ModelRegistry(tmp_path)
+    calls = []
+
+    def fit():
+        calls.append(1)
+        return {"n": len(calls)}
+
+    assert reg.get_or_fit(("d", "op"), "hash1", None, fit) == {"n": 1}
+    assert reg.get_or_fit(("d", "op"), "hash1", None, fit) == {"n": 1}  # cached
+    assert reg.get_or_fit(("d", "op"), "hash2", None, fit) == {"n": 2}  # data changed
+    import joblib
+
+    saved = joblib.load(reg.path("d", "op"))
+    saved["meta"]["versions"]["lightgbm"] = "0.0.1"
+    joblib.dump(saved, reg.path("d", "op"))
+    with pytest.warns(UserWarning, match="refitting"):
+        assert reg.get_or_fit(("d", "op"), "hash2", None, fit) == {"n": 3}
+    assert str(tmp_path) in str(reg.path("d", "op"))
+
+
+def test_default_cache_is_outside_the_package():
+    import opatlas
+    from opatlas.fit.registry import default_cache_dir
+
+    pkg = str(opatlas.__file__).rsplit("/", 1)[0]
+    assert not str(default_cache_dir()).startswith(pkg)
+
+
+def test_fit_cli_json_contract():
+    with warnings.catch_warnings():
+        proc = run_cli("fit", "--op", "gelu", "--op", "res_add", "--json", check=True)
+    rows = json.loads(proc.stdout)
+    assert {(r["op"], r["pass"]) for r in rows} == {("gelu", "fwd"), ("gelu", "bwd"),
+                                                    ("res_add", "fwd"), ("res_add", "bwd")}
+    for r in rows:
+        assert {"op", "pass", "recipe", "split", "n_train", "n_test", "mape", "rmsre", "r2",
+                "baseline_mape"} <= set(r)
+        assert r["mape"] < 0.05 and r["baseline_mape"] is not None
+        assert r["n_train"] + r["n_test"] == {"gelu": 1755, "res_add": 351}[r["op"]]
+        assert r["split"] == "random"
+
+
+def test_predict_cli(tmp_path):
+    out = json.loads(run_cli("predict", "gelu", "--shape", "mp=1", "--shape", "b=4", "--shape",
+                             "l=2048", "--shape", "dim=4096", "--json", check=True).stdout)
+    assert set(out["us"]) == {"fwd", "bwd"} and out["us"]["fwd"] > 0
+    bad = run_cli("predict", "nosuchop", "--shape", "b=1")
+    assert bad.returncode == 2 and "known ops" in bad.stderr
