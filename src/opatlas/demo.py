@@ -52,11 +52,7 @@ def summary_table(df: pd.DataFrame) -> Table:
 
 def _extensions() -> list:
     """Later stages (bounds, fit, predict, estimate) add their part of the demo here."""
-    steps = []
-    try:
-        from opatlas.bounds.demo import demo_bound
+    from opatlas.bounds.demo import demo_bound
+    from opatlas.fit.demo import demo_fit
 
-        steps.append(demo_bound)
-    except ImportError:
-        pass
-    return steps
+    return [demo_bound, demo_fit]

@@ -4,6 +4,7 @@ with the source of each figure. Used by roofline features, hybrid models and bou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from opatlas.errors import OpatlasError
 
@@ -64,3 +65,19 @@ def get_device(name: str) -> Device:
         if key in (d.name, *d.aliases):
             return d
     raise OpatlasError(f"unknown device {name!r}; known: {', '.join(DEVICES)}")
+
+
+def empirical_device(name: str, flops: Any, nbytes: Any, seconds: Any,
+                     dtype: str) -> Device:
+    """A device not in the catalog, described by what its measurements achieved: the best
+    FLOP/s and the best bytes/s seen (a roofline that the data itself attains)."""
+    import numpy as np
+
+    ok = np.isfinite(flops) & np.isfinite(nbytes) & (seconds > 0)
+    if not ok.any():
+        raise OpatlasError(f"device {name!r} is not in the catalog and its data has no FLOP or "
+                           f"byte counts to derive a roofline from")
+    peak = float(np.max(flops[ok] / seconds[ok]))
+    bw = float(np.max(nbytes[ok] / seconds[ok]))
+    return Device(name, {dtype: max(peak, 1.0)}, max(bw, 1.0), 0.0, 0.0, 1,
+                  "empirical: best achieved FLOP/s and bytes/s in the measurements")

@@ -19,8 +19,8 @@ def fit(
     op: list[str] | None = typer.Option(None, "--op", help="Only these ops (repeatable)."),
     split: str = typer.Option("random", "--split",
                               help="random[:FRAC] | kfold:K | extrapolate:COL:FRAC | group:COL"),
-    out: Path | None = typer.Option(None, "--out", help="Write the metrics (or reshard models) "
-                                                        "CSV here."),
+    out: Path | None = typer.Option(None, "--out", help="A .csv: write the metrics (reshard: the "
+                                                        "models). A folder: save fitted models."),
     shards: int = typer.Option(1, "--shards", min=1, help="reshard: split the CSV into N files."),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the ett baseline."),
     as_json: bool = typer.Option(False, "--json"),
@@ -42,15 +42,18 @@ def fit(
         return
     from opatlas.fit.evaluate import evaluate_all
 
-    evs = evaluate_all(load_op_data(data), recipe, split, ops=op, baseline=not no_baseline)
+    frame = load_op_data(data)
+    evs = evaluate_all(frame, recipe, split, ops=op, baseline=not no_baseline)
     if not evs:
         raise OpatlasError(f"no (op, pass) with at least 10 rows in {data}"
                            + (f" for ops {op}" if op else ""))
     rows = [e.as_json() for e in evs]
-    if out is not None:
+    if out is not None and out.suffix == ".csv":
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(out, index=False)
+    elif out is not None:
+        _save_models(frame, data, recipe, out, {(r["op"], r["pass"]) for r in rows})
     if as_json:
         typer.echo(json.dumps(rows))
         return
@@ -62,6 +65,19 @@ def fit(
                       f"{100 * r['mape']:.2f}", f"{100 * r['rmsre']:.2f}", f"{r['r2']:.4f}",
                       f"{100 * r['max_error']:.1f}", "-" if base is None else f"{100 * base:.2f}")
     Console().print(table)
+
+
+def _save_models(frame, data: str, recipe: str, out: Path, keys: set) -> None:
+    """Fit on all rows and save each model in ``out`` (a model registry folder)."""
+    from opatlas.predict import Predictor
+
+    pred = Predictor(recipe=recipe, data=data, cache_dir=out)
+    pred._data = frame
+    for device, dtype, op, pass_ in frame[["device", "dtype", "op", "pass"]].drop_duplicates(
+            ).itertuples(index=False):
+        if (op, pass_) in keys:
+            pred.model(op, pass_, device, dtype)
+    typer.echo(f"saved {len(keys)} models under {out}")
 
 
 def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool) -> None:

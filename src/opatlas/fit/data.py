@@ -33,7 +33,8 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
         res = res[res["status"] == "ok"]
         df = pd.DataFrame({"op": res["op"], "pass": res["pass"], "device": res["device"],
                            "dtype": res["dtype"], "params_json": res["params_json"],
-                           "y_us": res["median_ns"] / 1000.0})
+                           "y_us": res["median_ns"] / 1000.0, "flops": res["flops"],
+                           "min_bytes": res["min_bytes"]})
     else:
         raise OpatlasError(f"--data {source}: no such store file or folder")
     df = df[~df["op"].str.startswith(("nccl.", "collective."))].reset_index(drop=True)
@@ -49,3 +50,18 @@ def shapes_of(df: pd.DataFrame) -> pd.DataFrame:
 def data_hash(df: pd.DataFrame) -> str:
     h = hashlib.sha256(pd.util.hash_pandas_object(df, index=False).values.tobytes())
     return h.hexdigest()[:16]
+
+
+def device_for(name: str, rows: pd.DataFrame, dtype: str):
+    """The catalog entry for ``name``, or an empirical roofline from ``rows``' own counts."""
+
+    from opatlas.devices import empirical_device, get_device
+
+    try:
+        return get_device(name)
+    except OpatlasError:
+        if "flops" not in rows:
+            raise
+        return empirical_device(name, rows["flops"].to_numpy(float),
+                                rows["min_bytes"].to_numpy(float),
+                                rows["y_us"].to_numpy(float) * 1e-6, dtype)

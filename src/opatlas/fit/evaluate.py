@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from opatlas.devices import get_device
-from opatlas.fit.data import shapes_of
+from opatlas.devices import Device
+from opatlas.fit.data import device_for, shapes_of
 from opatlas.fit.metrics import all_metrics
 from opatlas.fit.recipes import make_model
 from opatlas.fit.splits import iter_splits
@@ -35,9 +35,9 @@ class Evaluation:
         return d
 
 
-def _cv(recipe: str, op: str, pass_: str, device: str, dtype: str, shapes: pd.DataFrame,
+def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd.DataFrame,
         y: np.ndarray, split: str) -> tuple[dict, int, int, str]:
-    dev = get_device(device)
+    dev = device
     truth, pred, n_train, used = [], [], 0, recipe
     for train, test in iter_splits(shapes, split):
         m = make_model(recipe, op, pass_, dev, dtype).fit(shapes.iloc[train], y[train])
@@ -54,6 +54,7 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     """``df``: rows of one (op, pass, device, dtype) from :func:`load_op_data`."""
     op, pass_, device, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
+    device = device_for(device, df, dtype)
     metrics, n_train, n_test, used = _cv(recipe, op, pass_, device, dtype, shapes, y, split)
     ev = Evaluation(op, pass_, used, split, n_train, n_test, **metrics)
     if baseline and recipe != "ett":
@@ -70,5 +71,9 @@ def evaluate_all(data: pd.DataFrame, recipe: str = "hybrid", split: str = "rando
             continue
         if len(g) < 10:
             continue
+        if split.startswith("extrapolate:"):
+            col = split.split(":")[1]
+            if col not in shapes_of(g.head(1)):
+                continue  # this op has no such parameter
         out.append(evaluate_group(g.reset_index(drop=True), recipe, split, baseline))
     return out

@@ -69,30 +69,40 @@ def op_features(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype
     return X
 
 
+def _ett_maps() -> dict:
+    """estimate-train-time's feature map per op, as functions of the shape columns."""
+    def vocab(s):
+        return padded_vocab(50257, s["mp"])
+
+    def heads(s):
+        return s["h"] // s["mp"], s["dim"] // s["h"]
+
+    return {
+        "linear1": lambda s: [s["l"] * s["b"], s["dim"], 3 * s["dim"] // s["mp"]],
+        "linear2": lambda s: [s["l"] * s["b"], s["dim"] // s["mp"], s["dim"]],
+        "linear3": lambda s: [s["l"] * s["b"], s["dim"], 4 * s["dim"] // s["mp"]],
+        "linear4": lambda s: [s["l"] * s["b"], 4 * s["dim"] // s["mp"], s["dim"]],
+        "linear_final": lambda s: [s["l"] * s["b"], s["dim"], vocab(s)],
+        "embedding": lambda s: [s["b"] * s["l"], vocab(s), s["dim"]],
+        "gelu": lambda s: [s["l"], s["b"], 4 * s["dim"] // s["mp"]],
+        "parallel_cross_entropy_128": lambda s: [s["b"], s["l"], vocab(s)],
+        "flash_atten": lambda s: [s["b"], s["l"], *heads(s)],
+        "RoPE": lambda s: [s["l"], s["b"], *heads(s)],
+        "bmm": lambda s: [s["b"] * heads(s)[0], s["l"], s["l"], heads(s)[1]],
+        "baddbmm": lambda s: [s["b"] * heads(s)[0], s["l"], heads(s)[1], s["l"]],
+    }
+
+
 def ett_features(op: str, shapes: pd.DataFrame) -> pd.DataFrame:
-    """estimate-train-time's ``layer_input_to_predictor_input`` maps (vocab fixed at 50,257)."""
+    """estimate-train-time's ``layer_input_to_predictor_input`` maps (vocab fixed at 50,257);
+    other ops use their raw shape, as upstream does."""
     s = {c: shapes[c].to_numpy(dtype=np.int64) for c in shapes.select_dtypes("number")}
-    g = s.get
-    if op in ("linear1", "linear2", "linear3", "linear4", "linear_final", "embedding",
-              "flash_atten", "RoPE", "bmm", "baddbmm", "gelu", "parallel_cross_entropy_128"):
-        lb = g("l") * g("b")
-        mp = g("mp") if "mp" in s else None
-        vocab = padded_vocab(50257, mp) if mp is not None else None
-        cols = {
-            "linear1": [lb, g("dim"), 3 * g("dim") // mp if mp is not None else None],
-            "linear2": [lb, g("dim") // mp if mp is not None else None, g("dim")],
-            "linear3": [lb, g("dim"), 4 * g("dim") // mp if mp is not None else None],
-            "linear4": [lb, 4 * g("dim") // mp if mp is not None else None, g("dim")],
-            "linear_final": [lb, g("dim"), vocab],
-            "embedding": [lb, vocab, g("dim")],
-            "gelu": [g("l"), g("b"), 4 * g("dim") // mp if mp is not None else None],
-            "parallel_cross_entropy_128": [g("b"), g("l"), vocab],
-        }.get(op)
-        if cols is None and "h" in s:
-            hm, dh = g("h") // g("mp"), g("dim") // g("h")
-            cols = {"flash_atten": [g("b"), g("l"), hm, dh], "RoPE": [g("l"), g("b"), hm, dh],
-                    "bmm": [g("b") * hm, g("l"), g("l"), dh],
-                    "baddbmm": [g("b") * hm, g("l"), dh, g("l")]}[op]
-        if cols is not None and all(c is not None for c in cols):
+    fn = _ett_maps().get(op)
+    if fn is not None:
+        try:
+            cols = fn(s)
+        except KeyError:
+            cols = None
+        if cols is not None:
             return pd.DataFrame({f"x{i}": c for i, c in enumerate(cols)}, index=shapes.index)
     return shapes.select_dtypes("number").astype(float)

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opatlas.devices import get_device
 from opatlas.errors import OpatlasError
-from opatlas.fit.data import data_hash, load_op_data, shapes_of
+from opatlas.fit.data import data_hash, device_for, load_op_data, shapes_of
 from opatlas.fit.recipes import OpModel, make_model
 from opatlas.fit.registry import ModelRegistry
 
@@ -45,6 +44,9 @@ class Predictor:
         return sorted(self.data["op"].unique())
 
     def resolve_op(self, op: str, shapes: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+        ops = set(self.data["op"])
+        if op in ops:
+            return op, shapes
         if op == "linear" and "role" in shapes:
             roles = shapes["role"].unique()
             if len(roles) != 1:
@@ -66,8 +68,10 @@ class Predictor:
                                    f"has {len(have)} (op, pass) pairs, e.g. {have[:6]}")
             shapes, y = shapes_of(rows), rows["y_us"].to_numpy(float)
 
+            dev = device_for(device, rows, dtype)
+
             def fit() -> OpModel:
-                return make_model(self.recipe, op, pass_, get_device(device), dtype).fit(shapes, y)
+                return make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
 
             self._models[key] = self.registry.get_or_fit(
                 (device, dtype, self.recipe, op, pass_), data_hash(rows), list(shapes.columns), fit)

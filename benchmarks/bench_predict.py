@@ -1,0 +1,40 @@
+"""Runtime models: batched prediction throughput (goal ≥ 500,000 op predictions/s on the 2-core
+machine) and the time to fit every bundled (op, pass) model (goal ≤ 60 s)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from opatlas.devices import get_device
+from opatlas.fit.data import load_op_data, shapes_of
+from opatlas.fit.recipes import make_model
+from opatlas.predict import Predictor
+
+N = 500_000
+
+
+def test_batched_prediction_throughput(benchmark, tmp_path):
+    pred = Predictor(cache_dir=tmp_path)
+    rng = np.random.default_rng(0)
+    shapes = pd.DataFrame({"mp": rng.choice([1, 2, 4, 8], N), "b": rng.choice([1, 2, 4, 8], N),
+                           "l": rng.integers(1, 64, N) * 128, "dim": rng.integers(8, 128, N) * 128})
+    pred.predict("linear1", shapes.head(10))  # fit outside the timing
+    out = benchmark.pedantic(lambda: pred.predict("linear1", shapes), rounds=3, iterations=1)
+    assert out.shape == (N,) and np.isfinite(out).all()
+    benchmark.extra_info["predictions_per_s"] = N / benchmark.stats.stats.median
+
+
+def test_fit_all_bundled_ops(benchmark):
+    data = load_op_data()
+    dev = get_device("A100")
+
+    def fit_all() -> int:
+        n = 0
+        for (op, pass_), g in data.groupby(["op", "pass"]):
+            make_model("hybrid", op, pass_, dev, "fp16").fit(shapes_of(g), g["y_us"].to_numpy())
+            n += 1
+        return n
+
+    n = benchmark.pedantic(fit_all, rounds=1, iterations=1)
+    benchmark.extra_info.update(models=n, seconds=benchmark.stats.stats.median)
