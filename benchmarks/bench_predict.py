@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from opatlas.devices import get_device
 from opatlas.fit.data import load_op_data, shapes_of
@@ -14,11 +15,19 @@ from opatlas.predict import Predictor
 N = 500_000
 
 
-def test_batched_prediction_throughput(benchmark, tmp_path):
-    pred = Predictor(cache_dir=tmp_path)
+def _shapes(n_dims: int) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    shapes = pd.DataFrame({"mp": rng.choice([1, 2, 4, 8], N), "b": rng.choice([1, 2, 4, 8], N),
-                           "l": rng.integers(1, 64, N) * 128, "dim": rng.integers(8, 128, N) * 128})
+    return pd.DataFrame({"mp": rng.choice([1, 2, 4, 8], N), "b": rng.choice([1, 2, 4, 8], N),
+                         "l": rng.integers(1, 64, N) * 128,
+                         "dim": rng.integers(8, 8 + n_dims, N) * 128})
+
+
+# 4·4·63·120 = 120,960 possible shapes (≈ 4 repeats each), and a config-search-like workload
+# of 4·4·63·13 = 13,104 shapes (≈ 38 repeats each): predict() evaluates each shape once.
+@pytest.mark.parametrize("n_dims", [120, 13])
+def test_batched_prediction_throughput(benchmark, tmp_path, n_dims):
+    pred = Predictor(cache_dir=tmp_path)
+    shapes = _shapes(n_dims)
     pred.predict("linear1", shapes.head(10))  # fit outside the timing
     out = benchmark.pedantic(lambda: pred.predict("linear1", shapes), rounds=3, iterations=1)
     assert out.shape == (N,) and np.isfinite(out).all()

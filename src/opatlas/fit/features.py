@@ -72,7 +72,7 @@ def op_features(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype
 def _ett_maps() -> dict:
     """estimate-train-time's feature map per op, as functions of the shape columns."""
     def vocab(s):
-        return padded_vocab(50257, s["mp"])
+        return padded_vocab(50257, s["mp"]) // s["mp"]  # upstream: ceil(50257/(128·mp))·128
 
     def heads(s):
         return s["h"] // s["mp"], s["dim"] // s["h"]

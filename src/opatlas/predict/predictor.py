@@ -85,4 +85,9 @@ class Predictor:
             shapes if not isinstance(shapes, Mapping) else {k: np.atleast_1d(v)
                                                             for k, v in shapes.items()})
         name, table = self.resolve_op(op, table)
-        return self.model(name, pass_, device, dtype).predict(table)
+        model = self.model(name, pass_, device, dtype)
+        codes = pd.MultiIndex.from_frame(table).factorize()[0] if len(table) > 1 else None
+        if codes is None or codes.max() + 1 == len(table):
+            return model.predict(table)
+        first = pd.Series(np.arange(len(table))).groupby(codes).first().to_numpy()
+        return model.predict(table.iloc[first].reset_index(drop=True))[codes]
