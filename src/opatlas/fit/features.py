@@ -15,10 +15,9 @@ from opatlas.ops.batch import batch_counts
 TILE_MN, TILE_K = 128, 64
 
 
-def _gemm_dims(counts: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
-    c = counts
+def _gemm_dims(c: dict) -> tuple[np.ndarray, ...] | None:
     if {"tokens", "in_features", "out_features"} <= set(c):
-        return np.ones(len(c)), c["tokens"], c["out_features"], c["in_features"]
+        return np.ones(len(c["tokens"])), c["tokens"], c["out_features"], c["in_features"]
     if {"batch", "m", "k", "n"} <= set(c):
         return c["batch"], c["m"], c["n"], c["k"]
     return None
@@ -27,46 +26,42 @@ def _gemm_dims(counts: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
 def op_features(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype: str
                 ) -> pd.DataFrame:
     """Features per row of ``shapes``; ``roofline_us`` is NaN for ops without counts."""
-    X = shapes.select_dtypes("number").astype(float).copy()
+    num = shapes.select_dtypes("number")
+    cols: dict[str, np.ndarray] = {c: num[c].to_numpy(float) for c in num.columns}
     try:
         counts = batch_counts(op, shapes.assign(dtype=dtype))
     except (UnknownOpError, KeyError, TypeError, ValueError, OpatlasError):
-        X["roofline_us"] = np.nan
-        return X
-    flops, nbytes = counts.get(f"flops_{pass_}"), counts.get(f"bytes_{pass_}")
-    if flops is None or nbytes is None:
-        X["roofline_us"] = np.nan
-        return X
-    for col in counts.columns:
-        if not col.startswith(("flops_", "bytes_")):
-            X[f"f_{col}"] = counts[col].to_numpy()
-    flops, nbytes = flops.to_numpy(), nbytes.to_numpy()
-    X["log_flops"] = np.log1p(flops)
-    X["log_bytes"] = np.log1p(nbytes)
-    X["intensity"] = flops / np.maximum(nbytes, 1.0)
+        counts = None
+    if counts is None or f"flops_{pass_}" not in counts or f"bytes_{pass_}" not in counts:
+        cols["roofline_us"] = np.full(len(shapes), np.nan)
+        return pd.DataFrame(cols, index=shapes.index)
+    c = {k: counts[k].to_numpy(float) for k in counts.columns}
+    for k, v in c.items():
+        if not k.startswith(("flops_", "bytes_")):
+            cols[f"f_{k}"] = v
+    flops, nbytes = c[f"flops_{pass_}"], c[f"bytes_{pass_}"]
+    cols["log_flops"] = np.log1p(flops)
+    cols["log_bytes"] = np.log1p(nbytes)
+    cols["intensity"] = flops / np.maximum(nbytes, 1.0)
     roof = np.maximum(flops / device.peak(dtype), nbytes / device.bandwidth) * 1e6
-    X["roofline_us"] = roof
-    X["log_roofline"] = np.log(np.maximum(roof, 1e-6))
-    if {"heads", "l", "head_dim"} <= set(counts):  # attention: one CTA per (b, head, 128 rows)
-        b = counts.get("b", 1.0)
-        tiles = np.asarray(b * counts["heads"] * np.ceil(counts["l"] / TILE_MN), dtype=float)
-        waves = np.ceil(tiles / device.compute_units)
-        X["tiles"], X["waves"] = tiles, waves
-        X["wave_efficiency"] = tiles / (waves * device.compute_units)
-        X["seq_efficiency"] = counts["l"] / (np.ceil(counts["l"] / TILE_MN) * TILE_MN)
-        padded = np.ceil(counts["head_dim"] / 32) * 32  # flash kernels pad head_dim to 32s
-        X["head_dim_padded"] = padded
-        X["head_dim_efficiency"] = counts["head_dim"] / padded
-    g = _gemm_dims(counts)
+    cols["roofline_us"] = roof
+    cols["log_roofline"] = np.log(np.maximum(roof, 1e-6))
+    units = device.compute_units
+    if {"heads", "l", "head_dim"} <= set(c):  # attention: one CTA per (b, head, 128 rows)
+        tiles = c.get("b", 1.0) * c["heads"] * np.ceil(c["l"] / TILE_MN)
+        waves = np.ceil(tiles / units)
+        cols.update(tiles=tiles, waves=waves, wave_efficiency=tiles / (waves * units),
+                    seq_efficiency=c["l"] / (np.ceil(c["l"] / TILE_MN) * TILE_MN))
+        padded = np.ceil(c["head_dim"] / 32) * 32  # flash kernels pad head_dim to 32s
+        cols.update(head_dim_padded=padded, head_dim_efficiency=c["head_dim"] / padded)
+    g = _gemm_dims(c)
     if g is not None:
         b, m, n, k = (np.asarray(v, dtype=float) for v in g)
         tiles = b * np.ceil(m / TILE_MN) * np.ceil(n / TILE_MN)
-        waves = np.ceil(tiles / device.compute_units)
-        X["tiles"] = tiles
-        X["waves"] = waves
-        X["wave_efficiency"] = tiles / (waves * device.compute_units)
-        X["k_efficiency"] = k / (np.ceil(k / TILE_K) * TILE_K)
-    return X
+        waves = np.ceil(tiles / units)
+        cols.update(tiles=tiles, waves=waves, wave_efficiency=tiles / (waves * units),
+                    k_efficiency=k / (np.ceil(k / TILE_K) * TILE_K))
+    return pd.DataFrame(cols, index=shapes.index)
 
 
 def _ett_maps() -> dict:

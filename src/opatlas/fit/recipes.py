@@ -106,7 +106,7 @@ class OpModel:
         X = self._X(shapes)
         if self.recipe == "ett":
             return self.model.predict(X[self.features].to_numpy())
-        raw = self.model.predict(X[self.features])
+        raw = self.model.booster_.predict(X[self.features].to_numpy(np.float64))
         if self.recipe == "hybrid":
             return X["roofline_us"].to_numpy() * np.exp(raw)
         return np.exp(raw)

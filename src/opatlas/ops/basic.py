@@ -34,8 +34,10 @@ def linear_dims(p: Mapping[str, Any]) -> tuple[int, int, int]:
     """(tokens, in_features, out_features) of one tensor-parallel shard of a transformer linear."""
     mp, dim, role = I(p["mp"]), I(p["dim"]), p["role"]
     tokens = I(p["b"]) * I(p["l"])
-    if role == "qkv":
-        return tokens, dim, 3 * dim // mp
+    if role == "qkv":  # q, k, v; k and v narrower with GQA (kv_heads < h)
+        kv, h = opt(p, "kv_heads"), opt(p, "h")
+        kv_dim = pick((kv > 0) & (h > 0), dim * kv // pick(h > 0, h, 1), dim)
+        return tokens, dim, (dim + 2 * kv_dim) // mp
     if role == "out":
         return tokens, dim // mp, dim
     if role == "ffn_up":
@@ -53,7 +55,7 @@ class Linear(Op):
 
     name = "linear"
     params = ("b", "l", "dim")
-    defaults = {"mp": 1, "role": "qkv", "ffn": 0, "vocab": 50257}
+    defaults = {"mp": 1, "role": "qkv", "ffn": 0, "vocab": 50257, "h": 0, "kv_heads": 0}
     description = "transformer linear layer (roles qkv/out/ffn_up/ffn_down/vocab), one TP shard"
     rules = (
         Rule("role not one of " + "/".join(LINEAR_ROLES), lambda p: p["role"] in LINEAR_ROLES),

@@ -22,9 +22,13 @@ def batch_counts(op_name: str, shapes: pd.DataFrame) -> pd.DataFrame:
             table[k] = v
     if "dtype" not in table:
         table["dtype"] = "fp32"
-    keys = [c for c in table.columns if table[c].dtype == object or c in ("dtype", "role", "stage")]
+    keys = [c for c in table.columns if table[c].dtype == object or c in ("dtype", "role", "stage")
+            or not pd.api.types.is_numeric_dtype(table[c])]
+    single = all(table[k].nunique() <= 1 for k in keys)
+    groups = [(tuple(table[k].iloc[0] for k in keys), table)] if single else \
+        table.groupby(keys, sort=False)
     parts = []
-    for key_vals, g in table.groupby(keys, sort=False) if keys else [((), table)]:
+    for key_vals, g in groups:
         p: dict = dict(zip(keys, key_vals if isinstance(key_vals, tuple) else (key_vals,),
                            strict=True))
         for c in g.columns:
@@ -38,4 +42,4 @@ def batch_counts(op_name: str, shapes: pd.DataFrame) -> pd.DataFrame:
         for feat, v in op.features(p).items():
             out[feat] = np.broadcast_to(np.asarray(v, dtype=np.float64), (n,))
         parts.append(pd.DataFrame(out, index=g.index))
-    return pd.concat(parts).loc[shapes.index]
+    return parts[0] if len(parts) == 1 else pd.concat(parts).loc[shapes.index]

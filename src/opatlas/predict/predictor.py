@@ -24,7 +24,20 @@ LINEAR_ROLES = {"qkv": "linear1", "out": "linear2", "ffn_up": "linear3", "ffn_do
 
 
 class Predictor:
-    """Predict op times (µs). ``data``: 'bundled' (A100), a store file or a CSV folder."""
+    """Predict op times (µs). ``data``: 'bundled' (A100), a store file or a CSV folder.
+
+    ``Predictor.shared(...)`` returns one instance per argument set for the process, so models
+    and data load once however many estimates ask."""
+
+    _shared: dict[tuple, Predictor] = {}
+
+    @classmethod
+    def shared(cls, device: str = "NVIDIAA100-SXM4-80GB", dtype: str = "fp16",
+               recipe: str = "hybrid", data: str | Path = "bundled") -> Predictor:
+        key = (device, dtype, recipe, str(data))
+        if key not in cls._shared:
+            cls._shared[key] = cls(device=device, dtype=dtype, recipe=recipe, data=data)
+        return cls._shared[key]
 
     def __init__(self, device: str = "NVIDIAA100-SXM4-80GB", dtype: str = "fp16",
                  recipe: str = "hybrid", data: str | Path = "bundled",
@@ -41,11 +54,16 @@ class Predictor:
         return self._data
 
     def ops(self) -> list[str]:
-        return sorted(self.data["op"].unique())
+        return sorted(self.op_names)
+
+    @property
+    def op_names(self) -> set[str]:
+        if not hasattr(self, "_op_names"):
+            self._op_names = set(self.data["op"].unique())
+        return self._op_names
 
     def resolve_op(self, op: str, shapes: pd.DataFrame) -> tuple[str, pd.DataFrame]:
-        ops = set(self.data["op"])
-        if op in ops:
+        if op in self.op_names:
             return op, shapes
         if op == "linear" and "role" in shapes:
             roles = shapes["role"].unique()

@@ -1,0 +1,83 @@
+"""Collective times: alpha-beta ring models, or the measured NCCL samples of a cluster.
+
+Ring costs for n ranks and S bytes (nccl-tests' bus-bandwidth factors): all-reduce
+2(n−1)/n·S/B + 2(n−1)·α; all-gather and reduce-scatter (n−1)/n·S/B + (n−1)·α (S = the full
+buffer); point-to-point S/B + α. B and α are the intra-node link's when the group fits in a
+node, the network's otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opatlas.estimate.config import ClusterConfig
+
+
+class AlphaBeta:
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.c = cluster
+
+    def _link(self, n: int, within_node: bool) -> tuple[float, float]:
+        if within_node:
+            return self.c.intra_bw_gbps * 1e9, self.c.intra_latency_us * 1e-6
+        return self.c.inter_bw_gbps * 1e9, self.c.inter_latency_us * 1e-6
+
+    def time(self, op: str, nbytes: np.ndarray, n: int, within_node: bool) -> np.ndarray:
+        """Seconds for each message size in ``nbytes`` on a group of ``n`` ranks."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        if n <= 1:
+            return np.zeros_like(nbytes)
+        bw, alpha = self._link(n, within_node)
+        if op == "all_reduce":
+            return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
+        if op in ("all_gather", "reduce_scatter"):
+            return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+        if op == "p2p":
+            return nbytes / bw + alpha
+        raise ValueError(f"unknown collective {op!r}")
+
+
+class Measured(AlphaBeta):
+    """Interpolates measured samples (estimate-train-time's NCCL CSVs: ``shape`` elements of
+    fp16, ``dur(us)``) per (collective, nodes, GPUs per node), log-log; beyond the sampled
+    sizes the time scales linearly with the size. Falls back to alpha-beta where no file
+    matches the topology."""
+
+    NAMES = {"all_reduce": ("allreduce", "allreduce_large"), "all_gather": ("allgather_large",),
+             "p2p": ("p2p",), "reduce_scatter": ()}
+
+    def __init__(self, cluster: ClusterConfig, folder: Path, gpu: str) -> None:
+        super().__init__(cluster)
+        self.curves: dict[tuple[str, int, int], Callable[[np.ndarray], np.ndarray]] = {}
+        for op, stems in self.NAMES.items():
+            for nodes, gpn in {(1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (8, 1)}:
+                frames = [pd.read_csv(f) for s in stems
+                          if (f := folder / f"{gpu}_{s}_fp16_{nodes}_{gpn}.csv").exists()]
+                if frames:
+                    df = pd.concat(frames).groupby("shape", as_index=False)["dur(us)"].median()
+                    self.curves[(op, nodes, gpn)] = _loglog(2.0 * df["shape"].to_numpy(float),
+                                                            df["dur(us)"].to_numpy(float) * 1e-6)
+
+    def time_topology(self, op: str, nbytes: np.ndarray, nodes: int, gpn: int,
+                      within_node: bool) -> np.ndarray:
+        curve = self.curves.get((op, nodes, gpn))
+        if curve is None:
+            return self.time(op, nbytes, nodes * gpn, within_node)
+        return curve(np.asarray(nbytes, dtype=float))
+
+
+def _loglog(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    order = np.argsort(x)
+    lx, ly = np.log(x[order]), np.log(y[order])
+
+    def f(q: np.ndarray) -> np.ndarray:
+        q = np.maximum(q, 1.0)
+        inside = np.exp(np.interp(np.log(q), lx, ly))
+        lo, hi = np.exp(lx[0]), np.exp(lx[-1])
+        return np.where(q > hi, np.exp(ly[-1]) * q / hi,
+                        np.where(q < lo, np.exp(ly[0]), inside))
+    return f

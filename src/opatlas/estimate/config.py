@@ -1,0 +1,175 @@
+"""Training configurations: pydantic models, loaded from opatlas YAML or from
+estimate-train-time's example YAML unchanged (``training_config: [pp, mp, dp, b, h, l, dim,
+steps_per_update, gpus_per_node]``, ``encoders``, ``gpu_name`` ...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from opatlas.errors import SpecError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    name: str = "model"
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int | None = Field(default=None, gt=0)
+    ffn: int | None = Field(default=None, gt=0)
+    ffn_kind: Literal["gelu", "swiglu"] = "gelu"
+    vocab: int = Field(default=50257, gt=0)
+    seq_len: int = Field(gt=0)
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    rope: bool = False
+    learned_positions: bool = False
+    bias: bool = False
+    tied_embeddings: bool = False
+    experts: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.heads % self.kv:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv}")
+        if self.experts and not 0 < self.top_k <= self.experts:
+            raise ValueError("a MoE model needs 0 < top_k <= experts")
+        return self
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn_width(self) -> int:
+        return self.ffn or 4 * self.hidden
+
+
+class TrainingConfig(_Strict):
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    micro_batch: int = Field(default=1, gt=0)
+    dtype: Literal["fp16", "bf16", "fp32"] = "bf16"
+    optimizer: Literal["adamw"] = "adamw"
+
+
+class ParallelConfig(_Strict):
+    dp: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    virtual_stages: int = Field(default=1, gt=0)
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    sequence_parallel: bool = False
+    zero: int = Field(default=1, ge=0, le=3)
+    recompute: Literal["none", "selective", "full"] = "selective"
+    dp_overlap: bool = True
+    bucket_mb: float = Field(default=25.0, gt=0)
+
+
+class ClusterConfig(_Strict):
+    device: str = "H100"
+    gpus_per_node: int = Field(default=8, gt=0)
+    intra_bw_gbps: float = Field(default=450.0, gt=0, description="per-GPU, one direction")
+    inter_bw_gbps: float = Field(default=50.0, gt=0, description="per-GPU network")
+    intra_latency_us: float = Field(default=5.0, ge=0)
+    inter_latency_us: float = Field(default=10.0, ge=0)
+    nccl_data: str | None = Field(default=None, description="folder of measured NCCL samples, "
+                                                            "or 'bundled'")
+
+
+class OpsConfig(_Strict):
+    mode: Literal["data", "analytical"] = "analytical"
+    data: str = "bundled"
+    compute_efficiency: float = Field(default=0.7, gt=0, le=1)
+    memory_efficiency: float = Field(default=0.8, gt=0, le=1)
+
+
+class TrainConfig(_Strict):
+    model: ModelConfig
+    training: TrainingConfig
+    parallel: ParallelConfig = ParallelConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    ops: OpsConfig = OpsConfig()
+    source: Literal["opatlas", "ett"] = "opatlas"
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        p, m, t = self.parallel, self.model, self.training
+        if m.heads % p.tp or m.kv % p.tp:
+            raise ValueError(f"heads {m.heads} / kv_heads {m.kv} not divisible by tp {p.tp}")
+        if p.pp * p.virtual_stages > m.layers:
+            raise ValueError(f"pp·virtual_stages {p.pp * p.virtual_stages} exceeds layers {m.layers}")
+        if t.global_batch % (p.dp * t.micro_batch):
+            raise ValueError(f"global_batch {t.global_batch} is not a multiple of "
+                             f"dp·micro_batch = {p.dp * t.micro_batch}")
+        if p.schedule == "interleaved" and p.virtual_stages < 2:
+            raise ValueError("the interleaved schedule needs virtual_stages >= 2")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.parallel.dp * self.parallel.tp * self.parallel.pp
+
+    @property
+    def micro_batches(self) -> int:
+        return self.training.global_batch // (self.parallel.dp * self.training.micro_batch)
+
+
+def from_ett(data: dict[str, Any]) -> dict[str, Any]:
+    """estimate-train-time's example config -> our mapping, keeping upstream's model
+    assumptions (GELU FFN of 4·dim, vocab 50,257, MHA, fp16, full recompute, ZeRO-1, AFAB,
+    no DP overlap) so the comparison with its published numbers is like for like."""
+    pp, mp, dp, b, h, l, dim, steps, gpn = data["training_config"]
+    norm = "rmsnorm" if data.get("layernorm_name", "").lower().startswith("rms") else "layernorm"
+    funcs = data.get("encoder_function_list", [])
+    device = data.get("gpu_name", "NVIDIAA100-SXM4-80GB")
+    return {
+        "model": {"name": Path(str(data.get("name", "ett"))).stem, "layers": data["encoders"],
+                  "hidden": dim, "heads": h, "seq_len": l, "vocab": 50257, "norm": norm,
+                  "rope": "RoPE" in funcs, "ffn_kind": "gelu"},
+        "training": {"global_batch": b * steps * dp, "micro_batch": b, "dtype": "fp16"},
+        "parallel": {"dp": dp, "tp": mp, "pp": pp, "schedule": "gpipe", "zero": 1,
+                     "recompute": "full", "dp_overlap": False,
+                     "bucket_mb": data.get("comm_bucket", 1.26e9) * 2 / 2**20},
+        "cluster": {"device": device, "gpus_per_node": gpn, "nccl_data": "bundled"},
+        "ops": {"mode": "data", "data": "bundled"},
+        "source": "ett",
+    }
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    path = Path(path)
+    if not path.exists():
+        from importlib import resources
+
+        bundled = resources.files("opatlas") / "data" / "configs" / f"{path.name.removesuffix('.yml')}.yml"
+        if not bundled.is_file():
+            raise SpecError("no such config file, and no bundled example of that name",
+                            file=str(path))
+        path = Path(str(bundled))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise SpecError("a config must be a YAML mapping", file=str(path))
+    if "training_config" in data:
+        try:
+            data = from_ett({**data, "name": path.stem})
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SpecError(f"not a valid estimate-train-time config: {exc}", file=str(path),
+                            key="training_config") from None
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or None
+        raise SpecError(err["msg"], file=str(path), key=key, value=err.get("input")) from None

@@ -1,0 +1,55 @@
+"""Parameter counts and model FLOPs of a decoder-only transformer."""
+
+from __future__ import annotations
+
+from opatlas.estimate.config import ModelConfig
+
+
+def attention_params(m: ModelConfig) -> int:
+    d, hd = m.hidden, m.hidden // m.heads
+    kv_dim = m.kv * hd
+    weights = d * d + 2 * d * kv_dim + d * d  # q, k, v, out
+    return weights + ((d + 2 * kv_dim + d) if m.bias else 0)
+
+
+def mlp_params(m: ModelConfig) -> int:
+    d, f = m.hidden, m.ffn_width
+    one = (3 * d * f) if m.ffn_kind == "swiglu" else (2 * d * f)
+    one += (f + d) if m.bias and m.ffn_kind == "gelu" else 0
+    return one * m.experts + d * m.experts if m.experts else one
+
+
+def norm_params(m: ModelConfig) -> int:
+    return (2 if m.norm == "layernorm" else 1) * m.hidden
+
+
+def layer_params(m: ModelConfig) -> int:
+    return attention_params(m) + mlp_params(m) + 2 * norm_params(m)
+
+
+def embedding_params(m: ModelConfig) -> int:
+    return m.vocab * m.hidden + (m.seq_len * m.hidden if m.learned_positions else 0)
+
+
+def head_params(m: ModelConfig) -> int:
+    """Final norm, plus the output projection unless it is tied to the embedding."""
+    return norm_params(m) + (0 if m.tied_embeddings else m.vocab * m.hidden)
+
+
+def total_params(m: ModelConfig) -> int:
+    return m.layers * layer_params(m) + embedding_params(m) + head_params(m)
+
+
+def active_layer_params(m: ModelConfig) -> int:
+    """Parameters one token goes through in a layer (top-k experts for MoE)."""
+    if not m.experts:
+        return layer_params(m)
+    one = mlp_params(m.model_copy(update={"experts": 0}))
+    return attention_params(m) + m.top_k * one + 2 * norm_params(m)
+
+
+def model_flops_per_token(m: ModelConfig) -> float:
+    """Training FLOPs per token without recomputation: 6·(active weights) for the matmuls plus
+    causal attention scores and values, 6·L·s·d (forward 2·L·s·d halved by causality, ×3)."""
+    matmul = m.layers * (active_layer_params(m) - 2 * norm_params(m)) + m.vocab * m.hidden
+    return 6.0 * matmul + 6.0 * m.layers * m.seq_len * m.hidden
