@@ -23,6 +23,7 @@ def _register() -> None:
         bound_cmd,
         collectives_cmd,
         demo_cmd,
+        estimate_cmd,
         fit_cmd,
         results_cmd,
         run_cmd,
@@ -39,6 +40,7 @@ def _register() -> None:
     app.command("collectives")(collectives_cmd.collectives)
     app.command("fit")(fit_cmd.fit)
     app.command("predict")(fit_cmd.predict)
+    app.command("estimate")(estimate_cmd.estimate)
 
 
 _register()

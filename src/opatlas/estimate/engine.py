@@ -10,6 +10,7 @@ and the optimizer step follow. Op times for all configs are predicted in one bat
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,8 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
         ops += [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * (m.hidden // m.heads)}, 1)]
     f = m.ffn_width
     if m.experts:
-        ops.append(("moe", {"experts": m.experts, "top_k": m.top_k, "ffn": f}, 1))
+        ops.append(("moe", {"experts": m.experts, "top_k": m.top_k, "ffn": f,
+                            "gated": int(m.ffn_kind == "swiglu")}, 1))
     elif m.ffn_kind == "swiglu":
         ops += [("linear3", {"ffn": 2 * f}, 1), ("swiglu", {"ffn": f}, 1), ("linear4", {"ffn": f}, 1)]
     else:
@@ -135,14 +137,22 @@ def estimate_step(cfg: TrainConfig) -> Estimate:
 
 def _comm_model(cfg: TrainConfig) -> AlphaBeta:
     if cfg.cluster.nccl_data:
-        from pathlib import Path
-
-        from opatlas.store.ett import bundled_dataset
-
-        folder = bundled_dataset() / "nccl" if cfg.cluster.nccl_data == "bundled" else \
-            Path(cfg.cluster.nccl_data)
-        return Measured(cfg.cluster, folder, cfg.cluster.device.replace(" ", ""))
+        return _measured(cfg.cluster.model_dump_json())
     return AlphaBeta(cfg.cluster)
+
+
+@functools.lru_cache(maxsize=16)
+def _measured(cluster_json: str) -> Measured:
+    """Measured collective curves, read once per cluster description."""
+    from pathlib import Path
+
+    from opatlas.estimate.config import ClusterConfig
+    from opatlas.store.ett import bundled_dataset
+
+    cluster = ClusterConfig.model_validate_json(cluster_json)
+    folder = bundled_dataset() / "nccl" if cluster.nccl_data == "bundled" else \
+        Path(str(cluster.nccl_data))
+    return Measured(cluster, folder, cluster.device.replace(" ", ""))
 
 
 def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn: int) -> float:

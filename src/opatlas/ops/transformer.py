@@ -395,25 +395,26 @@ def moe_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
 
 @register_op
 class Moe(Op):
-    """Top-k routed mixture of GELU experts of one TP shard: router 2·T·d·E, experts
-    2·(k·T)·(2·d·f) fwd (up and down projections); bwd twice the expert and router FLOPs."""
+    """Top-k routed mixture of experts of one TP shard: router 2·T·d·E, experts
+    2·(k·T)·(g·d·f) fwd with g = 2 matrices (GELU) or 3 (``gated``: SwiGLU); bwd twice that."""
 
     name = "moe"
     params = ("b", "l", "dim", "experts", "top_k")
-    defaults = {"mp": 1, "ffn": 0}
+    defaults = {"mp": 1, "ffn": 0, "gated": 0}
     description = "mixture of experts: top-k routing + grouped expert GEMMs"
     rules = (Rule("top_k > experts", lambda p: p["top_k"] <= p["experts"]),
              Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0))
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
         t, d, e, f, k = moe_dims(p)
-        fwd = 2.0 * t * d * e + 2.0 * k * t * 2 * d * f
+        mats = pick(I(p["gated"]) != 0, 3, 2)
+        fwd = 2.0 * t * d * e + 2.0 * k * t * mats * d * f
         return {"fwd": fwd, "bwd": 2.0 * fwd}
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         t, d, e, f, k = moe_dims(p)
         b = dtype_bytes(p["dtype"])
-        weights = e * 2 * d * f + d * e
+        weights = e * pick(I(p["gated"]) != 0, 3, 2) * d * f + d * e
         return {"fwd": b * (2 * t * d + weights + 2 * k * t * f),
                 "bwd": b * (3 * t * d + 2 * weights + 3 * k * t * f)}
 

@@ -1,0 +1,38 @@
+"""Stacked bars of the step-time breakdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from opatlas.estimate.engine import Estimate
+
+PARTS = ("compute", "tp_comm", "pp_bubble", "p2p", "dp_comm", "optimizer")
+
+
+def label(e: Estimate) -> str:
+    p = e.config.parallel
+    return (f"dp{p.dp} tp{p.tp} pp{p.pp}" + (f"v{p.virtual_stages}" if p.virtual_stages > 1 else "")
+            + f"\nmb{e.config.training.micro_batch} z{p.zero} {p.recompute}")
+
+
+def plot_breakdown(estimates: list[Estimate], path: Path, title: str = "") -> Path:
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(estimates) + 2), 4), dpi=150)
+    x = range(len(estimates))
+    bottom = [0.0] * len(estimates)
+    for part in PARTS:
+        vals = [e.breakdown[part] for e in estimates]
+        ax.bar(x, vals, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set_xticks(list(x), [label(e) for e in estimates], fontsize=6)
+    ax.set_ylabel("step time (s)")
+    ax.set_title(title or estimates[0].config.model.name, fontsize=9)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,54 @@
+"""Search the parallel layouts of N GPUs: every valid (dp, tp, pp, micro-batch, ZeRO stage,
+recompute, schedule), estimated in one vectorised batch, ranked by step time; configs that do
+not fit in memory are dropped."""
+
+from __future__ import annotations
+
+import itertools
+
+from pydantic import ValidationError
+
+from opatlas.errors import OpatlasError
+from opatlas.estimate.config import TrainConfig
+from opatlas.estimate.engine import Estimate, estimate_many
+
+
+def candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
+    m, gpn = cfg.model, cfg.cluster.gpus_per_node
+    powers = [2**i for i in range(12)]
+    out = []
+    for tp, pp in itertools.product(powers, powers):
+        if tp > gpn or gpus % (tp * pp) or pp > m.layers or m.heads % tp or m.kv % tp:
+            continue
+        dp = gpus // (tp * pp)
+        for mb, zero, rec in itertools.product((1, 2, 4, 8), (0, 1, 2, 3),
+                                               ("none", "selective", "full")):
+            if cfg.training.global_batch % (dp * mb):
+                continue
+            nmb = cfg.training.global_batch // (dp * mb)
+            schedules = [("1f1b", 1)]
+            if pp > 1 and m.layers >= 2 * pp and nmb % pp == 0:
+                schedules.append(("interleaved", 2))
+            for sched, v in schedules:
+                try:
+                    out.append(TrainConfig.model_validate({
+                        **cfg.model_dump(exclude={"parallel", "training"}),
+                        "training": {**cfg.training.model_dump(), "micro_batch": mb},
+                        "parallel": {**cfg.parallel.model_dump(), "dp": dp, "tp": tp, "pp": pp,
+                                     "virtual_stages": v, "schedule": sched, "zero": zero,
+                                     "recompute": rec, "sequence_parallel": tp > 1}}))
+                except ValidationError:
+                    continue
+    return out
+
+
+def search(cfg: TrainConfig, gpus: int, top: int = 10) -> tuple[list[Estimate], int, int]:
+    """(the ``top`` fastest that fit, configs evaluated, configs that did not fit)."""
+    cands = candidates(cfg, gpus)
+    if not cands:
+        raise OpatlasError(f"no valid layout of {gpus} GPUs for this model "
+                           f"({cfg.model.heads} heads, {cfg.model.layers} layers, global batch "
+                           f"{cfg.training.global_batch})")
+    ests = estimate_many(cands)
+    fits = sorted((e for e in ests if e.fits), key=lambda e: e.step_time_s)
+    return fits[:top], len(ests), len(ests) - len(fits)

@@ -1,0 +1,131 @@
+"""Training-step estimator: hand-computed partitions, bubbles, ZeRO memory, parameter counts,
+the analytical mode, upstream's example, the CLI contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+from opatlas.errors import SpecError
+from opatlas.estimate import estimate_step, load_config, search
+from opatlas.estimate import model as pm
+from opatlas.estimate.config import TrainConfig
+from opatlas.estimate.memory import activation_bytes_per_layer, model_state_bytes
+from opatlas.estimate.pipeline import Schedule, partition_layers
+
+
+@pytest.mark.parametrize("pp", [1, 2, 4, 8])
+@pytest.mark.parametrize("layers", [32, 30, 80, 7 * 8 + 3])
+def test_stage_partitions_sum_to_the_layers(pp, layers):
+    parts = partition_layers(layers, pp)
+    assert sum(parts) == layers and len(parts) == pp
+    assert max(parts) - min(parts) <= 1
+    if 0 < layers % pp <= pp - 2:  # extras fit in the middle stages (the ends hold embed/head)
+        assert parts[0] == parts[-1] == layers // pp
+
+
+def test_partition_examples_by_hand():
+    assert partition_layers(32, 4) == [8, 8, 8, 8]
+    assert partition_layers(30, 4) == [7, 8, 8, 7]
+    assert partition_layers(32, 1) == [32]
+    with pytest.raises(ValueError):
+        partition_layers(4, 8)
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 1), (8, 32, 1), (4, 16, 2), (8, 64, 4)])
+def test_bubble_fractions(p, m, v):
+    name = "interleaved" if v > 1 else "1f1b"
+    s = Schedule(name, p, m, v)
+    assert s.bubble_fraction() == pytest.approx((p - 1) / (v * m))
+    assert s.time(1.0) == pytest.approx(m + (p - 1) / v)  # m·t + (p−1)·t/v
+    assert Schedule("gpipe", p, m).time(1.0) == pytest.approx(m + p - 1)  # upstream's AFAB
+    assert Schedule("1f1b", p, m).in_flight() == min(p, m)
+    assert Schedule("gpipe", p, m).in_flight() == m
+
+
+def test_zero_memory_matches_the_zero_paper():
+    # Rajbhandari et al. 2020, Fig. 1: Ψ = 7.5B, N_d = 64, K = 12
+    psi, nd = 7.5e9, 64
+    gb = lambda zero: sum(model_state_bytes(psi, nd, zero).values()) / 1e9  # noqa: E731
+    assert gb(0) == pytest.approx(120.0)
+    assert gb(1) == pytest.approx(31.4, abs=0.05)
+    assert gb(2) == pytest.approx(16.6, abs=0.05)
+    assert gb(3) == pytest.approx(1.875, abs=0.01)
+
+
+def test_activation_memory_matches_korthikanti():
+    cfg = load_config("gpt3-175b").model
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    no_sp = activation_bytes_per_layer(cfg, b, t, False, "none", flash=False)
+    assert no_sp == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+    sp_sel = activation_bytes_per_layer(cfg, b, t, True, "selective")
+    assert sp_sel == pytest.approx(s * b * h * 34 / t)
+    assert activation_bytes_per_layer(cfg, b, t, True, "full") == pytest.approx(2 * s * b * h / t)
+
+
+def test_parameter_counts_of_published_models():
+    assert pm.total_params(load_config("llama2-7b").model) == pytest.approx(6.74e9, rel=0.01)
+    assert pm.total_params(load_config("llama2-13b").model) == pytest.approx(13.0e9, rel=0.01)
+    assert pm.total_params(load_config("llama2-70b").model) == pytest.approx(68.98e9, rel=0.01)
+    assert pm.total_params(load_config("gpt3-175b").model) == pytest.approx(175e9, rel=0.01)
+    assert pm.total_params(load_config("mixtral-8x7b").model) == pytest.approx(46.7e9, rel=0.01)
+
+
+def test_analytical_mode_needs_no_data(monkeypatch):
+    import opatlas.fit.data as data
+
+    monkeypatch.setattr(data, "load_op_data", lambda *a, **k: pytest.fail("data was read"))
+    e = estimate_step(load_config("llama2-70b"))
+    assert set(e.breakdown) == {"compute", "tp_comm", "pp_bubble", "p2p", "dp_comm", "optimizer"}
+    assert e.step_time_s == pytest.approx(sum(e.breakdown.values()))
+    assert e.breakdown["optimizer"] > 0 and e.breakdown["pp_bubble"] > 0 and e.fits
+    assert 0.2 < e.mfu < 0.7
+
+
+def test_optimizer_counted_with_dp_1_and_step_grows_with_layers():
+    base = load_config("llama2-7b")
+    one = TrainConfig.model_validate({**base.model_dump(), "parallel": {
+        **base.parallel.model_dump(), "dp": 1}, "training": {**base.training.model_dump(),
+                                                             "global_batch": 32}})
+    e = estimate_step(one)
+    assert e.breakdown["optimizer"] > 0 and e.breakdown["dp_comm"] == 0
+    deeper = one.model_copy(update={"model": one.model.model_copy(update={"layers": 64})})
+    assert estimate_step(deeper).step_time_s > 1.8 * e.step_time_s * 0.9
+
+
+def test_upstream_llemma_example_with_bundled_a100_data():
+    cfg = load_config("llemma_7b_4_2_2_P")  # estimate-train-time's YAML, unchanged
+    assert (cfg.parallel.pp, cfg.parallel.tp, cfg.parallel.dp, cfg.micro_batches) == (4, 2, 2, 8)
+    e = estimate_step(cfg)
+    assert e.stages == [8, 8, 8, 8]
+    assert e.step_time_s == pytest.approx(9.48, rel=0.10)  # upstream printed 9.48 s
+    assert e.breakdown["optimizer"] > 0 and e.fits
+
+
+def test_search_ranks_fitting_layouts(tmp_path):
+    best, n, oom = search(load_config("llama2-7b"), 64, top=5)
+    assert n >= 1000 and 0 < oom < n
+    assert [e.step_time_s for e in best] == sorted(e.step_time_s for e in best)
+    assert all(e.fits and e.config.gpus == 64 for e in best)
+
+
+def test_cli_json_contract_and_plot(tmp_path):
+    out = json.loads(run_cli("estimate", "llama2-13b", "--json", "--plot",
+                             str(tmp_path / "b.png"), check=True).stdout)
+    assert {"step_time_s", "breakdown", "tokens_per_s", "mfu", "memory_gib", "fits"} <= set(out)
+    assert out["step_time_s"] == pytest.approx(sum(out["breakdown"].values()))
+    assert (tmp_path / "b.png").stat().st_size > 1000
+    s = json.loads(run_cli("estimate", "llama2-7b", "--search", "--gpus", "16", "--top", "3",
+                           "--json", check=True).stdout)
+    assert len(s["top"]) == 3 and s["evaluated"] > 100
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    p = tmp_path / "bad.yml"
+    p.write_text("model: {layers: 4, hidden: 100, heads: 3, seq_len: 8}\ntraining: {global_batch: 8}\n")
+    with pytest.raises(SpecError, match="not divisible by heads"):
+        load_config(p)
+    proc = run_cli("estimate", str(p))
+    assert proc.returncode == 2 and str(p) in proc.stderr
