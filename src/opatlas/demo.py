@@ -53,6 +53,7 @@ def summary_table(df: pd.DataFrame) -> Table:
 def _extensions() -> list:
     """Later stages (bounds, fit, predict, estimate) add their part of the demo here."""
     from opatlas.bounds.demo import demo_bound
+    from opatlas.estimate.demo import demo_estimate
     from opatlas.fit.demo import demo_fit
 
-    return [demo_bound, demo_fit]
+    return [demo_bound, demo_fit, demo_estimate]
