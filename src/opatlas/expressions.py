@@ -17,7 +17,8 @@ _ALLOWED_NODES: tuple[type, ...] = (
     ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
     ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
     ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn,
-    ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List, ast.Call, ast.IfExp,
+    ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List, ast.Call, ast.IfExp, ast.Subscript,
+    ast.Slice,
 )
 _FUNCTIONS: dict[str, Any] = {
     "min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor,
@@ -77,5 +78,5 @@ class Expression:
             return eval(self._code, {"__builtins__": {}}, scope)
         except ZeroDivisionError:
             return False
-        except TypeError as exc:
+        except (TypeError, IndexError, KeyError) as exc:
             raise ExpressionError(f"expression {self.source!r}: {exc}") from None

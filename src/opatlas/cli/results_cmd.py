@@ -120,3 +120,23 @@ def import_ett(
     with Store(store) as st:
         added = import_ett_samples(st, path)
     typer.echo(f"added {sum(added.values())} rows from {len(added)} files to {store}")
+
+
+@import_app.command("tt-sweep")
+def import_tt_sweep(
+    vectors: Path = typer.Option(..., "--vectors", help="vectors_export folder."),
+    results: Path = typer.Option(..., "--results", help="tt-metal result JSON folder."),
+    store: Path = StoreOpt,
+    device: str = typer.Option("wormhole_b0", "--device"),
+) -> None:
+    """Read tt-metal sweep results (device kernel durations) joined with their vectors.
+
+    Example:
+
+        opatlas import tt-sweep --vectors vectors_export --results results_export_batch
+    """
+    from opatlas.tenstorrent.ttjson import import_tt
+
+    with Store(store) as st:
+        n = import_tt(st, vectors, results, device)
+    typer.echo(f"added {n} rows to {store}")

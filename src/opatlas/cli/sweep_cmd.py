@@ -39,7 +39,7 @@ def expand_cmd(
         opatlas sweep expand linear.yml --where "dim >= 4096" --out vectors.parquet
     """
     s = load(spec, ops_module)
-    result = expand(s, parts=parts, part=part, where=where)
+    result = expand(s, parts=parts, part=part, where=where, materialize=out is not None)
     if out is not None:
         _write_vectors(result.vectors, out)
     if as_json:
@@ -63,6 +63,25 @@ def _write_vectors(vectors: list, out: Path) -> None:
         out.write_text(json.dumps(rows, indent=1, default=str))
     else:
         raise OpatlasError(f"--out {out}: use a .json or .parquet file name")
+
+
+@app.command("export-tt")
+def export_tt_cmd(
+    spec: str = typer.Argument(..., help="Spec (e.g. the built-in 'reshard')."),
+    outdir: Path = typer.Argument(..., help="Folder for vectors_export/<in_grid>/*.json."),
+    where: str | None = WhereOpt,
+) -> None:
+    """Write vectors in tt-metal's sweep layout (vectors_export/<in>/reshard-<in>-<out>.json).
+
+    Example:
+
+        opatlas sweep export-tt reshard vectors_export --where "input_core_grid == '2x2'"
+    """
+    from opatlas.tenstorrent.ttjson import export_tt
+
+    s = load(spec, None)
+    files = export_tt(expand(s, where=where).vectors, outdir)
+    typer.echo(f"wrote {len(files)} files under {outdir}")
 
 
 @app.command("list")

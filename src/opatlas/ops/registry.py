@@ -40,6 +40,7 @@ def _load_builtins() -> None:
         _BUILTINS_LOADED = True
         importlib.import_module("opatlas.ops.basic")
         importlib.import_module("opatlas.ops.transformer")
+        importlib.import_module("opatlas.tenstorrent.spec")
         importlib.import_module("opatlas.ops.faults")
 
 
