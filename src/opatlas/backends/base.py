@@ -12,6 +12,8 @@ from opatlas.ops.base import Op
 _BACKENDS: dict[str, str] = {
     "cpu": "opatlas.backends.cpu:CpuBackend",
     "cuda": "opatlas.backends.cuda:CudaBackend",
+    "wormhole-sim": "opatlas.tenstorrent.backend:WormholeSimBackend",
+    "ttnn": "opatlas.tenstorrent.ttnn_backend:TtnnBackend",
 }
 
 

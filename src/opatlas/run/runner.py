@@ -52,6 +52,26 @@ class RunSummary:
         return self.ran / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
+class InProcess:
+    """Runs vectors in this process: for backends that cannot crash or hang (simulators)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def run(self, op: str, params: Any, passes: Any, repeats: int, warmup: int,
+            timeout: float) -> Outcome:
+        from opatlas.run.worker import _classify
+
+        try:
+            o, full = resolved_params(op, params)
+            return Outcome("ok", self.backend.measure(o, full, passes, repeats, warmup))
+        except Exception as exc:  # recorded like the worker would
+            return Outcome(_classify(exc), message=f"{type(exc).__name__}: {exc}"[:2000])
+
+    def close(self) -> None:
+        pass
+
+
 def sweep_id(spec: SweepSpec) -> str:
     return vector_id("sweep", json.loads(spec.model_dump_json()))
 
@@ -82,8 +102,9 @@ class Runner:
             statuses=("ok", "invalid") if cfg.retry_failed else None)
         todo = [v for v in vectors if v.id not in skip]
         summary = RunSummary(total=len(vectors), skipped=len(vectors) - len(todo))
-        worker = WorkerHandle(cfg.backend, [str(m) for m in cfg.ops_modules],
-                              backend_options=cfg.backend_options)
+        worker: Any = InProcess(self.backend) if getattr(self.backend, "in_process", False) else \
+            WorkerHandle(cfg.backend, [str(m) for m in cfg.ops_modules],
+                         backend_options=cfg.backend_options)
         pending: list[ResultRow] = []
         last_flush = time.monotonic()
         t0 = time.monotonic()
