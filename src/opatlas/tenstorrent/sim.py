@@ -1,9 +1,11 @@
-"""Wormhole B0 reshard simulator: time = launch + max(destination bound, source bound).
+"""Wormhole B0 reshard simulator: time = launch + max(destination, source, fabric bound).
 
 Destination bound: for each output core, each of its two data-movement RISCs issues its
 strides on its own NoC, ``tx_ns`` per read (issue and round-trip overhead) plus bytes over the
 NoC bandwidth; the core is done when both RISCs are; the op when the slowest core is.
 Source bound: an input core serves all the reads of its shard through its two NoC ports.
+Fabric bound: all the bytes cross the shared NoC mesh links, whose aggregate throughput the
+measurements put far below (cores × link bandwidth): contention.
 
 Hardware facts and free parameters, in one place (``WormholeParams``), each with its source.
 """
@@ -28,6 +30,7 @@ class WormholeParams:
     noc_bytes_per_cycle: float = 30.0  # NoC link ≈ 28–32 B/cycle per NoC (spec A.6)
     tx_ns: float = 100.0            # per noc_async_read issue + latency share
     launch_ns: float = 2000.0       # program launch and kernel start/stop
+    fabric_bytes_per_cycle: float = 128.0  # all reads share the NoC mesh links (contention)
 
     @property
     def noc_bw(self) -> float:
@@ -41,8 +44,10 @@ class WormholeParams:
     def load(cls, path: str | Path) -> WormholeParams:
         return cls(**json.loads(Path(path).read_text()))
 
-    def with_free(self, tx_ns: float, bw: float, launch_ns: float) -> WormholeParams:
-        return replace(self, tx_ns=tx_ns, noc_bytes_per_cycle=bw, launch_ns=launch_ns)
+    def with_free(self, tx_ns: float, bw: float, launch_ns: float, fabric: float
+                  ) -> WormholeParams:
+        return replace(self, tx_ns=tx_ns, noc_bytes_per_cycle=bw, launch_ns=launch_ns,
+                       fabric_bytes_per_cycle=fabric)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class SimResult:
     time_ns: float
     dest_ns: float
     src_ns: float
+    fabric_ns: float
     tiles: int
     max_strides: int
     max_pages: int
@@ -81,5 +87,6 @@ def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, 
             per_src[src] = per_src.get(src, 0) + pages
             fan_out[src] = fan_out.get(src, 0) + 1
     src = max(per_src.values()) * page / (2 * p.noc_bw)
-    return SimResult(p.launch_ns + max(dest, src), dest, src, ht * wt, max_strides, max_pages,
-                     fan_in, max(fan_out.values()), imbalance)
+    fabric = ht * wt * page / (p.fabric_bytes_per_cycle * p.aiclk_ghz)
+    return SimResult(p.launch_ns + max(dest, src, fabric), dest, src, fabric, ht * wt,
+                     max_strides, max_pages, fan_in, max(fan_out.values()), imbalance)
