@@ -28,6 +28,7 @@ def _register() -> None:
         results_cmd,
         run_cmd,
         sweep_cmd,
+        tt_cmd,
     )
 
     app.add_typer(sweep_cmd.app, name="sweep")
@@ -41,6 +42,7 @@ def _register() -> None:
     app.command("fit")(fit_cmd.fit)
     app.command("predict")(fit_cmd.predict)
     app.command("estimate")(estimate_cmd.estimate)
+    app.command("calibrate")(tt_cmd.calibrate)
 
 
 _register()

@@ -91,9 +91,10 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool) -> Non
     if path.suffix == ".csv":
         df = pd.read_csv(path)
     else:
+        from opatlas.tenstorrent.fit import reshard_frame
+
         with Store(path, read_only=True) as st:
-            df = st.results()
-        df = df[df["status"] == "ok"].assign(y=lambda d: d["median_ns"])
+            df = reshard_frame(st.results(op="reshard"))
     need = {"in_grid", "out_grid", "group", "tiles"}
     if not need <= set(df.columns):
         raise OpatlasError(f"--recipe reshard needs columns {sorted(need)} (and a time); "

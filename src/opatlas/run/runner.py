@@ -119,7 +119,8 @@ class Runner:
                     summary.statuses[outcome.status] += 1
                     progress.advance(outcome.status)
                     now = time.monotonic()
-                    if len(pending) >= cfg.flush_every or now - last_flush >= cfg.flush_seconds:
+                    limit = 20 * cfg.flush_every if isinstance(worker, InProcess) else cfg.flush_every
+                    if len(pending) >= limit or now - last_flush >= cfg.flush_seconds:
                         self.store.add_results(pending)
                         pending, last_flush = [], now
         finally:

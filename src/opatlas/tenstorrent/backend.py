@@ -15,12 +15,20 @@ from opatlas.tenstorrent.sim import WormholeParams, simulate
 PARAMS_ENV = "OPATLAS_WORMHOLE_PARAMS"
 
 
+def calibrated_params_path() -> str | None:
+    """The parameters `opatlas calibrate` fitted on the bundled Wormhole measurements."""
+    from importlib import resources
+
+    f = resources.files("opatlas") / "data" / "tt-wormhole" / "wormhole_params.json"
+    return str(f) if f.is_file() else None
+
+
 class WormholeSimBackend(Backend):
     name = "wormhole-sim"
     in_process = True  # pure Python, cannot crash or hang: no worker process needed
 
     def __init__(self, params: str | None = None) -> None:
-        path = params or os.environ.get(PARAMS_ENV)
+        path = params or os.environ.get(PARAMS_ENV) or calibrated_params_path()
         self.params = WormholeParams.load(path) if path else WormholeParams()
 
     def device_name(self) -> str:

@@ -1,11 +1,13 @@
-"""Wormhole B0 reshard simulator: time = launch + max(destination, source, fabric bound).
+"""Wormhole B0 reshard simulator: time = launch + max(destination, source) + contention.
 
 Destination bound: for each output core, each of its two data-movement RISCs issues its
 strides on its own NoC, ``tx_ns`` per read (issue and round-trip overhead) plus bytes over the
 NoC bandwidth; the core is done when both RISCs are; the op when the slowest core is.
 Source bound: an input core serves all the reads of its shard through its two NoC ports.
-Fabric bound: all the bytes cross the shared NoC mesh links, whose aggregate throughput the
-measurements put far below (cores × link bandwidth): contention.
+Contention: every byte occupies one NoC link per hop between its source and destination core,
+and reads of different cores share links; the delay added is byte-hops over the mesh's
+effective link throughput (``hop_bytes_per_cycle``, calibrated). Without it, many-core reshards
+would run at (cores × link bandwidth), several times faster than the hardware does.
 
 Hardware facts and free parameters, in one place (``WormholeParams``), each with its source.
 """
@@ -30,7 +32,7 @@ class WormholeParams:
     noc_bytes_per_cycle: float = 30.0  # NoC link ≈ 28–32 B/cycle per NoC (spec A.6)
     tx_ns: float = 100.0            # per noc_async_read issue + latency share
     launch_ns: float = 2000.0       # program launch and kernel start/stop
-    fabric_bytes_per_cycle: float = 128.0  # all reads share the NoC mesh links (contention)
+    hop_bytes_per_cycle: float = 700.0  # byte-hops per cycle the shared mesh links sustain
 
     @property
     def noc_bw(self) -> float:
@@ -44,10 +46,10 @@ class WormholeParams:
     def load(cls, path: str | Path) -> WormholeParams:
         return cls(**json.loads(Path(path).read_text()))
 
-    def with_free(self, tx_ns: float, bw: float, launch_ns: float, fabric: float
+    def with_free(self, tx_ns: float, bw: float, launch_ns: float, hop: float
                   ) -> WormholeParams:
         return replace(self, tx_ns=tx_ns, noc_bytes_per_cycle=bw, launch_ns=launch_ns,
-                       fabric_bytes_per_cycle=fabric)
+                       hop_bytes_per_cycle=hop)
 
 
 @dataclass
@@ -55,7 +57,7 @@ class SimResult:
     time_ns: float
     dest_ns: float
     src_ns: float
-    fabric_ns: float
+    contention_ns: float
     tiles: int
     max_strides: int
     max_pages: int
@@ -72,7 +74,7 @@ def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, 
     p = p or WormholeParams()
     page = TILE * TILE * DATUM_SIZE[dtype]
     plan = core_plan(ht, wt, gin, sin, gout, sout)
-    dest, per_src, fan_out = 0.0, {}, {}
+    dest, per_src, fan_out, page_hops = 0.0, {}, {}, 0
     max_strides = max_pages = fan_in = 0
     imbalance = 0.0
     for c in plan:
@@ -86,7 +88,8 @@ def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, 
         for src, pages in c.sources.items():
             per_src[src] = per_src.get(src, 0) + pages
             fan_out[src] = fan_out.get(src, 0) + 1
+            page_hops += pages * (abs(src[0] - c.core[0]) + abs(src[1] - c.core[1]))
     src = max(per_src.values()) * page / (2 * p.noc_bw)
-    fabric = ht * wt * page / (p.fabric_bytes_per_cycle * p.aiclk_ghz)
-    return SimResult(p.launch_ns + max(dest, src, fabric), dest, src, fabric, ht * wt,
+    contention = page_hops * page / (p.hop_bytes_per_cycle * p.aiclk_ghz)
+    return SimResult(p.launch_ns + max(dest, src) + contention, dest, src, contention, ht * wt,
                      max_strides, max_pages, fan_in, max(fan_out.values()), imbalance)
