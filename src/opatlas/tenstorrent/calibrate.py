@@ -135,12 +135,16 @@ def fit_params(train: list[Sample], base: WormholeParams | None = None) -> Wormh
                           float(hop / base.aiclk_ghz))
 
 
-def group_report(models: pd.DataFrame, params: WormholeParams) -> pd.DataFrame:
+def group_report(models: pd.DataFrame, params: WormholeParams,
+                 max_groups: int | None = None) -> pd.DataFrame:
     """Per trusted group: the simulator's ns/tile (linear fit over the group's vectors) next to
     the hardware's, with the plan features that explain the difference."""
     rows = []
     suites: dict = {}
-    for _, row in models[models["trusted"]].iterrows():
+    trusted = models[models["trusted"]]
+    if max_groups is not None and len(trusted) > max_groups:
+        trusted = trusted.sample(max_groups, random_state=1)
+    for _, row in trusted.iterrows():
         gin, gout = parse_grid(row["in_grid"]), parse_grid(row["out_grid"])
         sin, sout = parse_group(row["group"])
         suite = suites.get((gin, gout)) or suites.setdefault((gin, gout), expand_suite(gin, gout))
@@ -167,11 +171,11 @@ def group_report(models: pd.DataFrame, params: WormholeParams) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def calibrate(models_path: str | Path | None = None, max_groups: int | None = 2500
-              ) -> tuple[WormholeParams, pd.DataFrame]:
+def calibrate(models_path: str | Path | None = None, max_groups: int | None = 2500,
+              report_groups: int | None = None) -> tuple[WormholeParams, pd.DataFrame]:
     models = load_models(models_path)
     models = models.assign(held_out=[held_out(a, b) for a, b in
                                      zip(models["in_grid"], models["out_grid"], strict=True)])
     train = samples(models[~models["held_out"]], max_groups)
     params = fit_params(train)
-    return params, group_report(models, params)
+    return params, group_report(models, params, report_groups)
