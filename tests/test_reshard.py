@@ -209,3 +209,19 @@ def test_ttnn_backend_pure_parts():
     assert per == [[float(i) for i in range(k * 10, k * 10 + 10)] for k in range(3)]
     assert [len(c) for c in chunks(120)] == [50, 50, 20]
     assert math.isclose(np.mean(per[1]), 14.5)
+
+
+def test_reblocking_view_of_the_pybuda_example():
+    from opatlas.tenstorrent.reblock import reblock
+
+    # PyBuda's 7x1 producer (7 rows of cores) feeding a 2x1 consumer: 14 tile rows, so each
+    # producer holds 2 rows and each consumer 7 rows = 3.5 producers' worth, from 4 cores
+    r = reblock(14, 4, (1, 7), (1, 2))
+    assert r.gathered == pytest.approx(3.5)
+    assert r.fan_in == 4 and r.fan_out == 2  # the middle producer is split between both
+    one_to_one = reblock(14, 4, (1, 7), (1, 7))
+    assert one_to_one.fan_in == 1 and one_to_one.gathered == pytest.approx(1.0)
+    assert one_to_one.predicted_ns < r.predicted_ns
+    out = json.loads(run_cli("reblock", "--producer", "7x1", "--consumer", "2x1", "--height",
+                             "14", "--width", "4", "--rows-first", check=True).stdout)
+    assert out["fan_in"] == 4 and out["producer"] == "1x7"

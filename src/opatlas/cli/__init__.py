@@ -43,6 +43,7 @@ def _register() -> None:
     app.command("predict")(fit_cmd.predict)
     app.command("estimate")(estimate_cmd.estimate)
     app.command("calibrate")(tt_cmd.calibrate)
+    app.command("reblock")(tt_cmd.reblock)
 
 
 _register()

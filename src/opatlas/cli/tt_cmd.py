@@ -40,3 +40,36 @@ def calibrate(
         typer.echo(f"{name}: {len(g)} groups, sim/hardware ns per tile median "
                    f"{g['ratio'].median():.3f} (IQR {q[0]:.2f}-{q[1]:.2f}), within 25%: "
                    f"{100 * float(np.mean(np.abs(g['ratio'] - 1) < 0.25)):.0f}%")
+
+
+def reblock(
+    producer: str = typer.Option(..., "--producer", help="Producer grid XxY (columns x rows)."),
+    consumer: str = typer.Option(..., "--consumer", help="Consumer grid XxY."),
+    height: int = typer.Option(..., "--height", help="Tensor height in tiles."),
+    width: int = typer.Option(..., "--width", help="Tensor width in tiles."),
+    strategy: str = typer.Option("BLOCK", "--strategy"),
+    rows_first: bool = typer.Option(False, "--rows-first",
+                                    help="Read grids as rows x columns (PyBuda's notation)."),
+) -> None:
+    """Show how a producer grid reblocks onto a consumer grid, and what it costs.
+
+    Example (the PyBuda guide's 7x1 -> 2x1):
+
+        opatlas reblock --producer 7x1 --consumer 2x1 --height 14 --width 4 --rows-first
+    """
+    import json
+
+    from opatlas.tenstorrent.reblock import reblock as view
+    from opatlas.tenstorrent.reshard import is_tilable, parse_grid
+
+    grids = []
+    for g in (producer, consumer):
+        a, b = parse_grid(g)
+        grids.append((b, a) if rows_first else (a, b))
+    for g in grids:
+        if not is_tilable(height, width, *g, strategy):
+            from opatlas.errors import OpatlasError
+
+            raise OpatlasError(f"{height}x{width} tiles cannot be {strategy}-sharded on grid "
+                               f"{g[0]}x{g[1]} (columns x rows) in whole tiles")
+    typer.echo(json.dumps(view(height, width, grids[0], grids[1], strategy).as_json()))
