@@ -225,3 +225,12 @@ def test_reblocking_view_of_the_pybuda_example():
     out = json.loads(run_cli("reblock", "--producer", "7x1", "--consumer", "2x1", "--height",
                              "14", "--width", "4", "--rows-first", check=True).stdout)
     assert out["fan_in"] == 4 and out["producer"] == "1x7"
+
+
+def test_one_model_generalises_to_unseen_grid_pairs_better_than_the_simulator_alone():
+    from opatlas.tenstorrent.fit import evaluate_one_model
+
+    r = evaluate_one_model(max_groups=400)
+    assert r["test_grid_pairs"] > 10
+    assert r["one_model_mape"] < r["simulator_mape"]
+    assert r["one_model_mape"] < 0.3
