@@ -234,3 +234,10 @@ def test_one_model_generalises_to_unseen_grid_pairs_better_than_the_simulator_al
     assert r["test_grid_pairs"] > 10
     assert r["one_model_mape"] < r["simulator_mape"]
     assert r["one_model_mape"] < 0.3
+
+
+def test_seed_style_input_grid_selection():
+    # the seed's `-x 2 -y 7`: input grids 2 x {7, 8}, every other output grid
+    r = expand(resolve_spec("reshard"), materialize=False,
+               where="grid_x(input_core_grid) == 2 and grid_y(input_core_grid) >= 7")
+    assert r.total == 2 * 63 * 9 * 249 * 249

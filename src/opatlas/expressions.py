@@ -20,9 +20,17 @@ _ALLOWED_NODES: tuple[type, ...] = (
     ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List, ast.Call, ast.IfExp, ast.Subscript,
     ast.Slice,
 )
+def _grid(part: int) -> Any:
+    def get(grid: str) -> int:
+        return int(str(grid).lower().split("x")[part])
+    return get
+
+
 _FUNCTIONS: dict[str, Any] = {
     "min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor,
     "log2": math.log2, "int": int,
+    # core grids written "XxY": grid_x("2x3") == 2, grid_y("2x3") == 3 (the seed's -x / -y)
+    "grid_x": _grid(0), "grid_y": _grid(1),
 }
 
 
