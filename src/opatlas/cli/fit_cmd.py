@@ -91,10 +91,10 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool) -> Non
     if path.suffix == ".csv":
         df = pd.read_csv(path)
     else:
-        from opatlas.tenstorrent.fit import reshard_frame
+        from opatlas.tenstorrent.fit import reshard_frame_from_store
 
         with Store(path, read_only=True) as st:
-            df = reshard_frame(st.results(op="reshard"))
+            df = reshard_frame_from_store(st)
     need = {"in_grid", "out_grid", "group", "tiles"}
     if not need <= set(df.columns):
         raise OpatlasError(f"--recipe reshard needs columns {sorted(need)} (and a time); "
