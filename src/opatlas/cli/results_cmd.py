@@ -50,11 +50,10 @@ def results(
                 typer.echo(str(path))
         return
     with Store(store, read_only=True) as st:
-        df = st.results(op=op)
-    if status:
-        df = df[df["status"] == status]
+        total = st.count_results(op, status)
+        df = st.results(op=op, status=status, limit=limit if fmt == "table" and limit else None)
     if fmt == "table":
-        _print_table(df, limit, out)
+        _print_table(df, limit, out, total)
     elif fmt == "csv":
         text = df.to_csv(index=False)
         _emit(text, out)
@@ -73,9 +72,10 @@ def _emit(text: str, out: Path | None) -> None:
         typer.echo(f"wrote {out}")
 
 
-def _print_table(df, limit: int, out: Path | None) -> None:
+def _print_table(df, limit: int, out: Path | None, total: int) -> None:
+    shown_note = f" (first {len(df)} shown; --limit 0 for all)" if len(df) < total else ""
     table = Table("op", "pass", "params", "status", "median µs", "± std %", "n", "GFLOP/s",
-                  title=f"{len(df)} result rows")
+                  title=f"{total} result rows{shown_note}")
     shown = df if limit == 0 else df.head(limit)
     for _, r in shown.iterrows():
         params = json.loads(r["params_json"])

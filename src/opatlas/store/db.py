@@ -186,23 +186,37 @@ class Store:
         return {r[0] for r in self.con.execute(sql, args).fetchall()}
 
     def results(self, *, op: str | None = None, where_sql: str | None = None,
-                expand_params: bool = True) -> pd.DataFrame:
+                expand_params: bool = True, status: str | None = None,
+                limit: int | None = None) -> pd.DataFrame:
+        """Result rows (filters and the limit run in DuckDB, so huge stores stay cheap)."""
         sql = "SELECT * FROM results"
         conds, args = [], []
         if op:
             conds.append("op = ?")
             args.append(op)
+        if status:
+            conds.append("status = ?")
+            args.append(status)
         if where_sql:
             conds.append(f"({where_sql})")
         if conds:
             sql += " WHERE " + " AND ".join(conds)
-        df = self.con.execute(sql + " ORDER BY op, vector_id, pass", args).df()
+        sql += " ORDER BY op, vector_id, pass"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        df = self.con.execute(sql, args).df()
         return expand_param_columns(df) if expand_params else df
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in ("sweeps", "vectors", "results", "meta"):
             raise StoreError(f"unknown table {name!r}")
         return self.con.execute(f"SELECT * FROM {name}").df()
+
+    def count_results(self, op: str | None = None, status: str | None = None) -> int:
+        conds = [c for c, v in (("op = ?", op), ("status = ?", status)) if v]
+        args = [v for v in (op, status) if v]
+        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        return int(self._scalar(f"SELECT count(*) FROM results{where}", args))
 
     def count(self, table: str = "results") -> int:
         return int(self._scalar(f"SELECT count(*) FROM {table}"))
