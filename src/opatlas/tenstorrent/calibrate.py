@@ -8,16 +8,18 @@ Grid pairs are split 80/20: the parameters are fitted on 80% and reported on the
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from opatlas.tenstorrent.plan import core_plan
-from opatlas.tenstorrent.reshard import STRATEGIES, expand_suite, parse_grid
+from opatlas.tenstorrent.plan import core_plan, traffic
+from opatlas.tenstorrent.reshard import STRATEGIES, Suite, expand_suite, parse_grid
 from opatlas.tenstorrent.sim import WormholeParams, simulate
 
 PAGE = 2048
@@ -63,38 +65,42 @@ def load_models(path: str | Path | None = None) -> pd.DataFrame:
     return df
 
 
+def group_vectors(models: pd.DataFrame, per_group: int = PER_GROUP, min_vectors: int = 1
+                  ) -> Iterator[tuple[Any, pd.Series, str, str, Suite, np.ndarray]]:
+    """For each trusted group of ``models``: (index, row, input strategy, output strategy,
+    its suite, up to ``per_group`` of its vector indices spread evenly over the suite)."""
+    suites: dict[tuple, Suite] = {}
+    for idx, row in models[models["trusted"]].iterrows():
+        gin, gout = parse_grid(row["in_grid"]), parse_grid(row["out_grid"])
+        sin, sout = parse_group(row["group"])
+        if (gin, gout) not in suites:
+            suites[(gin, gout)] = expand_suite(gin, gout)
+        suite = suites[(gin, gout)]
+        ks = np.flatnonzero((suite.sin == STRATEGIES.index(sin)) &
+                            (suite.sout == STRATEGIES.index(sout)))
+        if len(ks) < min_vectors:
+            continue
+        yield idx, row, sin, sout, suite, \
+            ks[np.unique(np.linspace(0, len(ks) - 1, per_group).round().astype(int))]
+
+
 def samples(models: pd.DataFrame, max_groups: int | None = None) -> list[Sample]:
     """Up to ``PER_GROUP`` vectors spread over each trusted group's tile counts."""
     out = []
     trusted = models[models["trusted"]].reset_index(drop=True)
     if max_groups is not None and len(trusted) > max_groups:
         trusted = trusted.sample(max_groups, random_state=0).reset_index(drop=True)
-    suites: dict = {}
-    for gi, row in trusted.iterrows():
-        gin, gout = parse_grid(row["in_grid"]), parse_grid(row["out_grid"])
-        sin, sout = parse_group(row["group"])
-        suite = suites.get((gin, gout)) or suites.setdefault((gin, gout), expand_suite(gin, gout))
-        mask = (suite.sin == STRATEGIES.index(sin)) & (suite.sout == STRATEGIES.index(sout))
-        ks = np.flatnonzero(mask)
-        if not len(ks):
-            continue
-        tiles = suite.ht[ks] * suite.wt[ks]
-        pick = ks[np.unique(np.linspace(0, len(ks) - 1, PER_GROUP).round().astype(int))]
-        for k in pick[np.argsort(tiles[np.searchsorted(ks, pick)])]:
+    for gi, row, sin, sout, suite, pick in group_vectors(trusted):
+        for k in pick[np.argsort(suite.ht[pick] * suite.wt[pick])]:
             ht, wt = int(suite.ht[k]), int(suite.wt[k])
             if row["coef"] * ht * wt + row["intercept"] <= 0:
                 continue  # the hardware line is not meaningful there
-            plan = core_plan(ht, wt, gin, sin, gout, sout)
-            src: dict = {}
-            hops = 0.0
-            for c in plan:
-                for s, p in c.sources.items():
-                    src[s] = src.get(s, 0) + p
-                    hops += p * (abs(s[0] - c.core[0]) + abs(s[1] - c.core[1]))
+            plan = core_plan(ht, wt, suite.gin, sin, suite.gout, sout)
+            tr = traffic(plan)
             out.append(Sample(gi, ht * wt, row["coef"] * ht * wt + row["intercept"],
                               np.array([c.strides for c in plan], dtype=float).ravel(),
                               np.array([c.pages for c in plan], dtype=float).ravel(),
-                              float(max(src.values())), hops))
+                              float(max(tr.per_source.values())), float(tr.page_hops)))
     return out
 
 
@@ -140,19 +146,11 @@ def group_report(models: pd.DataFrame, params: WormholeParams,
     """Per trusted group: the simulator's ns/tile (linear fit over the group's vectors) next to
     the hardware's, with the plan features that explain the difference."""
     rows = []
-    suites: dict = {}
     trusted = models[models["trusted"]]
     if max_groups is not None and len(trusted) > max_groups:
         trusted = trusted.sample(max_groups, random_state=1)
-    for _, row in trusted.iterrows():
-        gin, gout = parse_grid(row["in_grid"]), parse_grid(row["out_grid"])
-        sin, sout = parse_group(row["group"])
-        suite = suites.get((gin, gout)) or suites.setdefault((gin, gout), expand_suite(gin, gout))
-        ks = np.flatnonzero((suite.sin == STRATEGIES.index(sin)) &
-                            (suite.sout == STRATEGIES.index(sout)))
-        if len(ks) < 2:
-            continue
-        pick = ks[np.unique(np.linspace(0, len(ks) - 1, PER_GROUP).round().astype(int))]
+    for _, row, sin, sout, suite, pick in group_vectors(trusted, min_vectors=2):
+        gin, gout = suite.gin, suite.gout
         sims = [simulate(int(suite.ht[k]), int(suite.wt[k]), gin, sin, gout, sout, params)
                 for k in pick]
         x = np.array([s.tiles for s in sims], dtype=float)

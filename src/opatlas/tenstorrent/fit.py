@@ -64,17 +64,11 @@ MIN_HW_NS = 500.0
 
 def hardware_points(models: pd.DataFrame, per_group: int = 8) -> pd.DataFrame:
     """Points on each trusted hardware group line, at tile counts the sweep has for it."""
-    from opatlas.tenstorrent.calibrate import held_out, parse_group
-    from opatlas.tenstorrent.reshard import STRATEGIES, expand_suite, parse_grid
+    from opatlas.tenstorrent.calibrate import group_vectors, held_out
 
-    out, suites = [], {}
-    for _, m in models[models["trusted"]].iterrows():
-        gin, gout = parse_grid(m["in_grid"]), parse_grid(m["out_grid"])
-        sin, sout = parse_group(m["group"])
-        suite = suites.get((gin, gout)) or suites.setdefault((gin, gout), expand_suite(gin, gout))
-        ks = np.flatnonzero((suite.sin == STRATEGIES.index(sin)) &
-                            (suite.sout == STRATEGIES.index(sout)))
-        for k in ks[np.unique(np.linspace(0, len(ks) - 1, per_group).round().astype(int))]:
+    out = []
+    for _, m, sin, sout, suite, pick in group_vectors(models, per_group):
+        for k in pick:
             tiles = int(suite.ht[k] * suite.wt[k])
             y = m["coef"] * tiles + m["intercept"]
             if y >= MIN_HW_NS:  # below any real launch time the line is a fit artefact

@@ -160,3 +160,24 @@ def core_plan(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int,
         out.append(CorePlan(o.core, (round(s0), total_strides - round(s0)),
                             (round(p0), total_pages - round(p0)), ranges, sources))
     return out
+
+
+@dataclass
+class Traffic:
+    """What a plan asks of the input cores and the mesh."""
+
+    per_source: dict[tuple[int, int], int]  # input core -> pages it serves
+    fan_out: dict[tuple[int, int], int]     # input core -> output cores it feeds
+    page_hops: int                          # Σ pages × Manhattan distance travelled
+
+
+def traffic(plan: list[CorePlan]) -> Traffic:
+    per_source: dict[tuple[int, int], int] = {}
+    fan_out: dict[tuple[int, int], int] = {}
+    hops = 0
+    for c in plan:
+        for src, pages in c.sources.items():
+            per_source[src] = per_source.get(src, 0) + pages
+            fan_out[src] = fan_out.get(src, 0) + 1
+            hops += pages * (abs(src[0] - c.core[0]) + abs(src[1] - c.core[1]))
+    return Traffic(per_source, fan_out, hops)

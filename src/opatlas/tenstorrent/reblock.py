@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opatlas.tenstorrent.plan import core_plan, shards
 from opatlas.tenstorrent.sim import WormholeParams, simulate
 
 
@@ -29,14 +28,8 @@ def reblock(ht: int, wt: int, producer: tuple[int, int], consumer: tuple[int, in
             strategy: str = "BLOCK", consumer_strategy: str | None = None,
             params: WormholeParams | None = None) -> Reblock:
     """Grids as (x columns, y rows); ``ht``, ``wt`` in tiles."""
-    cs = consumer_strategy or strategy
-    plan = core_plan(ht, wt, producer, strategy, consumer, cs)
-    producer_shard = ht * wt // len(shards(ht, wt, producer, strategy))
-    fan_out: dict = {}
-    for c in plan:
-        for s in c.sources:
-            fan_out[s] = fan_out.get(s, 0) + 1
-    sim = simulate(ht, wt, producer, strategy, consumer, cs, params)
-    return Reblock(producer, consumer, max(len(c.sources) for c in plan),
-                   sum(sum(c.pages) for c in plan) / len(plan) / producer_shard,
-                   max(fan_out.values()), max(sum(c.strides) for c in plan), sim.time_ns)
+    sim = simulate(ht, wt, producer, strategy, consumer, consumer_strategy or strategy, params)
+    # every page is read once, so a consumer core gathers producer/consumer cores' worth
+    gathered = (producer[0] * producer[1]) / (consumer[0] * consumer[1])
+    return Reblock(producer, consumer, sim.fan_in, gathered, sim.fan_out, sim.max_strides,
+                   sim.time_ns)

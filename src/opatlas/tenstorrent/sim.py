@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from opatlas.tenstorrent.plan import core_plan
+from opatlas.tenstorrent.plan import core_plan, traffic
 from opatlas.tenstorrent.reshard import DATUM_SIZE, TILE
 
 
@@ -74,7 +74,7 @@ def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, 
     p = p or WormholeParams()
     page = TILE * TILE * DATUM_SIZE[dtype]
     plan = core_plan(ht, wt, gin, sin, gout, sout)
-    dest, per_src, fan_out, page_hops = 0.0, {}, {}, 0
+    dest = 0.0
     max_strides = max_pages = fan_in = 0
     imbalance = 0.0
     for c in plan:
@@ -85,11 +85,8 @@ def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, 
         fan_in = max(fan_in, len(c.sources))
         if sum(t):
             imbalance = max(imbalance, abs(t[0] - t[1]) / (t[0] + t[1]))
-        for src, pages in c.sources.items():
-            per_src[src] = per_src.get(src, 0) + pages
-            fan_out[src] = fan_out.get(src, 0) + 1
-            page_hops += pages * (abs(src[0] - c.core[0]) + abs(src[1] - c.core[1]))
-    src = max(per_src.values()) * page / (2 * p.noc_bw)
-    contention = page_hops * page / (p.hop_bytes_per_cycle * p.aiclk_ghz)
+    tr = traffic(plan)
+    src = max(tr.per_source.values()) * page / (2 * p.noc_bw)
+    contention = tr.page_hops * page / (p.hop_bytes_per_cycle * p.aiclk_ghz)
     return SimResult(p.launch_ns + max(dest, src) + contention, dest, src, contention, ht * wt,
-                     max_strides, max_pages, fan_in, max(fan_out.values()), imbalance)
+                     max_strides, max_pages, fan_in, max(tr.fan_out.values()), imbalance)
