@@ -109,14 +109,12 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     else:
         fn = RooflineTimes(device, dtype, base.ops.compute_efficiency, base.ops.memory_efficiency)
     comm = _comm_model(base)
-    layer_f, layer_b, attn_f = np.zeros(len(cfgs)), np.zeros(len(cfgs)), np.zeros(len(cfgs))
+    layer_f, layer_b = np.zeros(len(cfgs)), np.zeros(len(cfgs))
     for op, extra, count in _layer_ops(base):
         seq_split = op in ("RMSlayernorm", "layernorm", "res_add")
         f, b = _times(fn, op, _shapes(cfgs, extra, seq_split))
         layer_f += count * f
         layer_b += count * b
-        if op == "flash_atten":
-            attn_f += f
     m = base.model
     emb_f, emb_b = _times(fn, "embedding", _shapes(cfgs, {"vocab": m.vocab}, False))
     head = [_times(fn, "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm",
@@ -124,11 +122,13 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
             _times(fn, "linear_final", _shapes(cfgs, {"vocab": m.vocab}, False)),
             _times(fn, "parallel_cross_entropy_128", _shapes(cfgs, {"vocab": m.vocab}, False))]
     head_f, head_b = sum(h[0] for h in head), sum(h[1] for h in head)
-    opt = _optimizer_times(fn, cfgs)
+    devs = [_device_params(c) for c in cfgs]
+    opt = _optimizer_times(fn, cfgs, devs)
     notes = [f"op {x} has no measured data; roofline used" for x in
              sorted(getattr(fn, "fallbacks", set()))]
-    return [_assemble(c, i, device, comm, layer_f[i], layer_b[i], attn_f[i], emb_f[i], emb_b[i],
-                      head_f[i], head_b[i], opt, notes) for i, c in enumerate(cfgs)]
+    return [_assemble(c, devs[i], device, comm, layer_f[i], layer_b[i], emb_f[i], emb_b[i],
+                      head_f[i], head_b[i], float(opt[i]), notes)
+            for i, c in enumerate(cfgs)]
 
 
 def estimate_step(cfg: TrainConfig) -> Estimate:
@@ -168,9 +168,10 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
     return float(comm.time(op, np.array([nbytes]), ranks, within)[0])
 
 
-def _optimizer_times(fn: Any, cfgs: list[TrainConfig]) -> np.ndarray:
-    params = np.array([_device_params(c)[0] / (c.parallel.dp if c.parallel.zero >= 1 else 1)
-                       for c in cfgs])
+def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
+                     devs: list[tuple[float, list[int]]]) -> np.ndarray:
+    params = np.array([dev[0] / (c.parallel.dp if c.parallel.zero >= 1 else 1)
+                       for c, dev in zip(cfgs, devs, strict=True)])
     shapes = pd.DataFrame({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
                            "encoders": 0})
     try:
@@ -191,8 +192,8 @@ def _device_params(c: TrainConfig) -> tuple[float, list[int]]:
     return max(dev), per_device
 
 
-def _assemble(c: TrainConfig, i: int, device: Any, comm: AlphaBeta, lf: float, lb: float,
-              attn_f: float, ef: float, eb: float, hf: float, hb: float, opt: np.ndarray,
+def _assemble(c: TrainConfig, dev: tuple[float, list[int]], device: Any, comm: AlphaBeta,
+              lf: float, lb: float, ef: float, eb: float, hf: float, hb: float, opt: float,
               notes: list[str]) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     mb, nmb = c.training.micro_batch, c.micro_batches
@@ -202,7 +203,7 @@ def _assemble(c: TrainConfig, i: int, device: Any, comm: AlphaBeta, lf: float, l
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if p.recompute == "full" else 0.0)
     p2p = _coll(comm, "p2p", act / (p.tp if p.sequence_parallel else 1), 2, p.tp * p.dp, gpn) \
         if p.pp > 1 else 0.0
-    params_dev, per_device = _device_params(c)
+    params_dev, per_device = dev
     stage_times = []
     for d, layers in enumerate(per_device):
         comp = layers * (lf + lb + recompute_f) + (ef + eb if d == 0 else 0.0) + \
@@ -232,7 +233,7 @@ def _assemble(c: TrainConfig, i: int, device: Any, comm: AlphaBeta, lf: float, l
     dp_comm = grad_comm + param_comm
     breakdown = {"compute": float(nmb * comp), "tp_comm": float(nmb * tpc),
                  "pp_bubble": float(bubble),
-                 "p2p": float(nmb * sends), "dp_comm": float(dp_comm), "optimizer": float(opt[i])}
+                 "p2p": float(nmb * sends), "dp_comm": float(dp_comm), "optimizer": opt}
     step = sum(breakdown.values())
     tokens = c.training.global_batch * m.seq_len
     mfu = pm.model_flops_per_token(m) * tokens / (step * c.gpus * device.peak(c.training.dtype))
