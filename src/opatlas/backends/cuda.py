@@ -94,14 +94,20 @@ class CudaBackend(Backend):
                 out[pass_] = self._event_samples(op, state, pass_, repeats)
         return out
 
+    def _ready(self, op: Op, state: Any, pass_: str) -> Any:
+        """The untimed work before one timed repeat: the op's preparation, then an L2 flush
+        when asked, so the repeat starts cold."""
+        prepared = op.prepare(state, pass_)
+        if self.flush_l2:
+            self._flush()
+        return prepared
+
     def _event_samples(self, op: Op, state: Any, pass_: str, repeats: int) -> list[int]:
         import torch
 
         pairs = []
         for _ in range(repeats):
-            prepared = op.prepare(state, pass_)
-            if self.flush_l2:
-                self._flush()
+            prepared = self._ready(op, state, pass_)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             op.execute(state, pass_, prepared)
@@ -116,9 +122,7 @@ class CudaBackend(Backend):
 
         samples = []
         for _ in range(repeats):
-            prepared = op.prepare(state, pass_)
-            if self.flush_l2:
-                self._flush()
+            prepared = self._ready(op, state, pass_)
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 op.execute(state, pass_, prepared)
