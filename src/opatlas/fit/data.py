@@ -21,7 +21,7 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
         source = bundled_dataset() / "operator"
     path = Path(source)
     if path.is_dir():
-        rows = [r for f in sorted(path.rglob("*.csv")) for r in read_sample_file(f)]
+        rows = [r for f in sorted(path.rglob("*.csv")) for r in read_sample_file(f, counts=False)]
         if not rows:
             raise OpatlasError(f"no estimate-train-time sample CSVs under {path}")
         df = pd.DataFrame([{"op": r.op, "pass": r.pass_, "device": r.device, "dtype": r.dtype,

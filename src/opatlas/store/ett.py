@@ -41,7 +41,9 @@ def _counts(op: str, params: dict) -> tuple[dict, dict]:
     return {}, {}
 
 
-def read_sample_file(path: Path) -> list[ResultRow]:
+def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
+    """Result rows of one sampling CSV; ``counts`` adds the catalog's FLOPs and bytes (the
+    store wants them; model fitting derives its own features and skips the cost)."""
     meta = parse_sample_name(path)
     if meta is None:
         return []
@@ -57,7 +59,7 @@ def read_sample_file(path: Path) -> list[ResultRow]:
         params = {c: _num(rec[c]) for c in shape_cols}
         params["dtype"] = meta["prec"]
         vid = vector_id(op, params)
-        flops, nbytes = _counts(op, params) if kind == "op" else ({}, {})
+        flops, nbytes = _counts(op, params) if counts and kind == "op" else ({}, {})
         for col in pass_cols:
             us = rec[col]
             if pd.isna(us):
