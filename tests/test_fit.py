@@ -135,6 +135,21 @@ def test_fit_cli_json_contract():
         assert r["mape"] < 0.05 and r["baseline_mape"] is not None
         assert r["n_train"] + r["n_test"] == {"gelu": 1755, "res_add": 351}[r["op"]]
         assert r["split"] == "random"
+        # gelu and res_add are labelled by (mp, b, l, dim) but their kernel work is a count
+        # of elements: most test rows have training twins, and the model is near their floor
+        assert r["twin_n"] > 0.3 * r["n_test"]
+        assert r["twin_model_mape"] < r["twin_mape"] + 0.01
+
+
+def test_twin_predictions_by_hand():
+    from opatlas.fit.evaluate import twin_predictions
+
+    keys = np.array([0, 0, 1, 2, 0, 1, 3])
+    y = np.array([10.0, 12.0, 5.0, 7.0, 11.0, 6.0, 9.0])
+    train, test = np.array([0, 1, 2, 3]), np.array([4, 5, 6])
+    has, mean = twin_predictions(keys, y, train, test)
+    assert has.tolist() == [0, 1]  # the key-3 row has no twin in training
+    assert mean.tolist() == [11.0, 5.0]  # mean of 10 and 12; the lone 5
 
 
 def test_predict_cli(tmp_path):
@@ -143,3 +158,44 @@ def test_predict_cli(tmp_path):
     assert set(out["us"]) == {"fwd", "bwd"} and out["us"]["fwd"] > 0
     bad = run_cli("predict", "nosuchop", "--shape", "b=1")
     assert bad.returncode == 2 and "known ops" in bad.stderr
+
+
+def test_distinct_rows_round_trips_including_wide_tables():
+    from opatlas.fit.distinct import distinct_rows
+
+    rng = np.random.default_rng(1)
+    small = pd.DataFrame({"a": rng.integers(0, 3, 1000), "b": rng.choice(["x", "y"], 1000),
+                          "c": rng.choice([0.5, 1.5], 1000)})
+    # 12 columns of ~200k values each overflow one int64 key and take the recode path
+    wide = pd.DataFrame({f"c{i}": rng.integers(0, 200_000, 5000) for i in range(12)})
+    wide = pd.concat([wide, wide.iloc[:300]], ignore_index=True)
+    for table in (small, wide):
+        first, codes = distinct_rows(table)
+        assert len(first) == len(table.drop_duplicates())
+        back = table.iloc[first].iloc[codes].reset_index(drop=True)
+        pd.testing.assert_frame_equal(back, table.reset_index(drop=True))
+        assert (np.sort(first) == first).all()  # first occurrences, in order of appearance
+
+
+def test_tree_count_stops_early_on_noise_and_grows_on_signal():
+    from opatlas.fit.recipes import MIN_TREES, _tree_count
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"x": rng.uniform(0, 10, 2000), "z": rng.uniform(0, 1, 2000)})
+    noise = _tree_count(X, rng.normal(size=2000))
+    signal = _tree_count(X, np.sin(X["x"].to_numpy()) + X["z"].to_numpy() ** 2)
+    assert noise <= 3 * MIN_TREES  # nothing to learn: stop almost at once
+    assert signal > 4 * noise
+
+
+def test_models_cached_by_an_older_recipe_revision_are_refitted(tmp_path, monkeypatch):
+    import joblib
+
+    import opatlas.predict.predictor as predictor_mod
+
+    Predictor(cache_dir=tmp_path).model("gelu", "fwd")
+    (path,) = tmp_path.rglob("*.joblib")
+    assert joblib.load(path)["meta"]["data_hash"].endswith(f":r{predictor_mod.RECIPE_REVISION}")
+    monkeypatch.setattr(predictor_mod, "RECIPE_REVISION", "next")
+    Predictor(cache_dir=tmp_path).model("gelu", "fwd")
+    assert joblib.load(path)["meta"]["data_hash"].endswith(":rnext")  # refitted and replaced

@@ -1,4 +1,11 @@
-"""Held-out evaluation of op models, side by side with the estimate-train-time baseline."""
+"""Held-out evaluation of op models, side by side with the estimate-train-time baseline and
+with the data's own noise floor.
+
+The noise floor ("twins"): a test row whose kernel work (the catalog's effective shape) also
+appears among the training rows is predicted by the mean of those training twins. No model of
+the shape can beat that oracle by much, since the twins differ only by measurement noise and
+labelling; its MAPE on the same test rows tells how much of a model's error is the data's.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,9 @@ import pandas as pd
 
 from opatlas.devices import Device
 from opatlas.fit.data import device_for, shapes_of
-from opatlas.fit.metrics import all_metrics
+from opatlas.fit.distinct import distinct_rows
+from opatlas.fit.features import op_features
+from opatlas.fit.metrics import all_metrics, mape
 from opatlas.fit.recipes import make_model
 from opatlas.fit.splits import iter_splits
 
@@ -28,6 +37,9 @@ class Evaluation:
     max_error: float
     baseline_mape: float | None = None
     baseline_rmsre: float | None = None
+    twin_n: int = 0
+    twin_mape: float | None = None
+    twin_model_mape: float | None = None
 
     def as_json(self) -> dict:
         d = asdict(self)
@@ -35,18 +47,47 @@ class Evaluation:
         return d
 
 
+def work_keys(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype: str
+              ) -> np.ndarray:
+    """One code per row; equal codes = the same kernel work (the catalog's effective shape,
+    or the raw shape for ops outside the catalog)."""
+    X = op_features(op, pass_, shapes, device, dtype)
+    effective = [c for c in X.columns if c.startswith("f_")]
+    return distinct_rows(X[effective] if effective else shapes)[1]
+
+
+def twin_predictions(keys: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``test`` with a training twin, the twins' mean time for each)."""
+    means = pd.Series(y[train]).groupby(keys[train]).mean()
+    found = pd.Series(keys[test]).map(means).to_numpy()
+    has = np.flatnonzero(np.isfinite(found))
+    return has, found[has]
+
+
 def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd.DataFrame,
-        y: np.ndarray, split: str) -> tuple[dict, int, int, str]:
-    dev = device
-    truth, pred, n_train, used = [], [], 0, recipe
+        y: np.ndarray, split: str) -> tuple[dict, int, int, str, dict]:
+    keys = work_keys(op, pass_, shapes, device, dtype)
+    truth, pred, twin, twin_model, twin_truth = [], [], [], [], []
+    n_train, used = 0, recipe
     for train, test in iter_splits(shapes, split):
-        m = make_model(recipe, op, pass_, dev, dtype).fit(shapes.iloc[train], y[train])
+        m = make_model(recipe, op, pass_, device, dtype).fit(shapes.iloc[train], y[train])
         used = m.recipe
+        p = m.predict(shapes.iloc[test])
         truth.append(y[test])
-        pred.append(m.predict(shapes.iloc[test]))
+        pred.append(p)
+        has, mean = twin_predictions(keys, y, train, test)
+        twin.append(mean)
+        twin_model.append(p[has])
+        twin_truth.append(y[test][has])
         n_train = len(train)
     t, p = np.concatenate(truth), np.concatenate(pred)
-    return all_metrics(t, p), n_train, len(t), used
+    tt = np.concatenate(twin_truth)
+    floor = {"twin_n": len(tt)}
+    if len(tt):
+        floor.update(twin_mape=mape(tt, np.concatenate(twin)),
+                     twin_model_mape=mape(tt, np.concatenate(twin_model)))
+    return all_metrics(t, p), n_train, len(t), used, floor
 
 
 def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = True
@@ -55,8 +96,9 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     op, pass_, device, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
     device = device_for(device, df, dtype)
-    metrics, n_train, n_test, used = _cv(recipe, op, pass_, device, dtype, shapes, y, split)
-    ev = Evaluation(op, pass_, used, split, n_train, n_test, **metrics)
+    metrics, n_train, n_test, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y,
+                                                split)
+    ev = Evaluation(op, pass_, used, split, n_train, n_test, **metrics, **floor)
     if baseline and recipe != "ett":
         base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, split)
         ev.baseline_mape, ev.baseline_rmsre = base["mape"], base["rmsre"]

@@ -12,7 +12,8 @@ import pandas as pd
 
 from opatlas.errors import OpatlasError
 from opatlas.fit.data import data_hash, device_for, load_op_data, shapes_of
-from opatlas.fit.recipes import OpModel, make_model
+from opatlas.fit.distinct import distinct_rows
+from opatlas.fit.recipes import RECIPE_REVISION, OpModel, make_model
 from opatlas.fit.registry import ModelRegistry
 
 # opatlas catalog names -> the names the estimate-train-time data uses
@@ -92,7 +93,8 @@ class Predictor:
                 return make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
 
             self._models[key] = self.registry.get_or_fit(
-                (device, dtype, self.recipe, op, pass_), data_hash(rows), list(shapes.columns), fit)
+                (device, dtype, self.recipe, op, pass_), f"{data_hash(rows)}:r{RECIPE_REVISION}",
+                list(shapes.columns), fit)
         return self._models[key]
 
     def predict(self, op: str, shapes: pd.DataFrame | Mapping[str, Any] | Sequence[Mapping],
@@ -104,8 +106,8 @@ class Predictor:
                                                             for k, v in shapes.items()})
         name, table = self.resolve_op(op, table)
         model = self.model(name, pass_, device, dtype)
-        codes = pd.MultiIndex.from_frame(table).factorize()[0] if len(table) > 1 else None
-        if codes is None or codes.max() + 1 == len(table):
+        first, codes = distinct_rows(table)
+        if len(first) == len(table):
             return model.predict(table)
-        first = pd.Series(np.arange(len(table))).groupby(codes).first().to_numpy()
         return model.predict(table.iloc[first].reset_index(drop=True))[codes]
+
