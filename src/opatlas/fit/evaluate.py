@@ -2,9 +2,10 @@
 with the data's own noise floor.
 
 The noise floor ("twins"): a test row whose kernel work (the catalog's effective shape) also
-appears among the training rows is predicted by the mean of those training twins. No model of
-the shape can beat that oracle by much, since the twins differ only by measurement noise and
-labelling; its MAPE on the same test rows tells how much of a model's error is the data's.
+appears among the training rows is predicted by the mean of those training twins. That oracle
+knows the exact kernel, so its error is measurement noise: the test row's own and its twins'
+(with one twin both add up, so the row's own noise lies between floor/√2 and the floor). A
+model near or below the floor on the same rows has little left to learn from this data.
 """
 
 from __future__ import annotations

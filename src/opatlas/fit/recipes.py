@@ -22,6 +22,7 @@ import pandas as pd
 
 from opatlas.devices import Device
 from opatlas.errors import OpatlasError
+from opatlas.fit.compiled import CompiledTrees, predict_raw
 from opatlas.fit.distinct import distinct_rows
 from opatlas.fit.features import ett_features, op_features
 
@@ -114,6 +115,11 @@ class OpModel:
             self.model = lgb.LGBMRegressor(**GBM_PARAMS, n_estimators=n_trees).fit(X, target)
         return self
 
+    def _compiled(self) -> CompiledTrees | None:
+        if not hasattr(self, "_trees"):  # built on first use; models unpickled lack it too
+            self._trees = CompiledTrees.from_booster(self.model.booster_)
+        return self._trees
+
     def predict(self, shapes: pd.DataFrame) -> np.ndarray:
         X = self._X(shapes)
         if self.recipe == "ett":
@@ -121,8 +127,8 @@ class OpModel:
         # shapes labelled differently often mean the same kernel work (same features): walk
         # the trees once per distinct feature vector
         first, codes = distinct_rows(X[self.features])
-        raw = self.model.booster_.predict(
-            X[self.features].iloc[first].to_numpy(np.float64))[codes]
+        raw = predict_raw(self.model.booster_, self._compiled(),
+                          X[self.features].iloc[first].to_numpy(np.float64))[codes]
         if self.recipe == "hybrid":
             return X["roofline_us"].to_numpy() * np.exp(raw)
         return np.exp(raw)
