@@ -199,3 +199,39 @@ def test_models_cached_by_an_older_recipe_revision_are_refitted(tmp_path, monkey
     monkeypatch.setattr(predictor_mod, "RECIPE_REVISION", "next")
     Predictor(cache_dir=tmp_path).model("gelu", "fwd")
     assert joblib.load(path)["meta"]["data_hash"].endswith(":rnext")  # refitted and replaced
+
+
+def test_linear_groups_held_out_metrics_and_generic_columns(tmp_path):
+    from opatlas.fit.linear import heldout_linear_groups
+
+    sizes = np.arange(1, 41)
+    exact = pd.DataFrame({"kernel": "copy", "bytes": sizes, "ns": 3.0 * sizes + 50.0})
+    curved = pd.DataFrame({"kernel": "gather", "bytes": sizes, "ns": 2.0 * sizes**2 + 10.0})
+    tiny = pd.DataFrame({"kernel": "tiny", "bytes": [1, 2], "ns": [5.0, 7.0]})
+    df = pd.concat([exact, exact, curved, tiny], ignore_index=True)  # copy measured twice
+    held = heldout_linear_groups(df, ["kernel"], "bytes", "ns", "random").set_index("kernel")
+    # a line through exact points predicts unseen sizes exactly; 20% of 40 sizes are held out
+    assert held.loc["copy", "heldout_RMSRE"] == pytest.approx(0.0, abs=1e-12)
+    assert held.loc["copy", "heldout_r^2"] == pytest.approx(1.0)
+    assert held.loc["copy", "heldout_points"] == 8
+    # a line through a parabola misses held-out sizes, worse than in-sample
+    models = fit_linear_groups(df, ["kernel"], "bytes", "ns").set_index("kernel")
+    assert held.loc["gather", "heldout_RMSRE"] > 0.05
+    assert held.loc["gather", "heldout_RRMSE"] > 0.5 * models.loc["gather", "RRMSE"]
+    assert held.loc["tiny", "heldout_points"] == 0 and np.isnan(held.loc["tiny", "heldout_RMSRE"])
+    # the extrapolation split tests on the largest sizes, never seen in training
+    top = heldout_linear_groups(curved, ["kernel"], "bytes", "ns", "extrapolate:bytes:0.25")
+    assert top.loc[0, "heldout_points"] == 10
+    # the CLI: generic group columns give a generic header; held-out metrics beside the models
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    out = tmp_path / "models.csv"
+    rows = json.loads(run_cli("fit", "--data", str(src), "--recipe", "reshard", "--group-by",
+                              "kernel", "--size", "bytes", "--time", "ns", "--out", str(out),
+                              "--json", check=True).stdout.splitlines()[-1])
+    assert out.read_text().splitlines()[0] == "kernel,coef,intercept,r^2,RRMSE,RMSRE,num_points"
+    by = {r["kernel"]: r for r in rows}
+    assert by["copy"]["coef"] == pytest.approx(3.0) and by["copy"]["heldout_points"] == 8
+    assert (tmp_path / "models.heldout.csv").exists()
+    bad = run_cli("fit", "--data", str(src), "--recipe", "reshard")
+    assert bad.returncode == 2 and "in_grid" in bad.stderr and "--group-by" in bad.stderr

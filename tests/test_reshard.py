@@ -8,6 +8,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import run_cli
@@ -146,6 +147,10 @@ def test_wormhole_sim_run_fit_and_models_csv(tmp_path):
         b"in_grid,out_grid,group,coef,intercept,r^2,RRMSE,RMSRE,num_points\n")
     rows = sum(len(p.read_text().splitlines()) - 1 for p in parts)
     assert rows == 7  # one model per strategy pair of the 1x1 -> 2x1 suite
+    held = pd.read_csv(tmp_path / "models.heldout.csv")  # beside the shards, not among them
+    assert len(held) == 7 and (held["heldout_points"] > 0).all()
+    # the simulator is linear in tiles within a group, up to page rounding
+    assert held["heldout_RMSRE"].median() < 0.05
 
 
 def test_export_tt_and_import_tt_round_trip(tmp_path):

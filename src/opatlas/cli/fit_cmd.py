@@ -22,6 +22,12 @@ def fit(
     out: Path | None = typer.Option(None, "--out", help="A .csv: write the metrics (reshard: the "
                                                         "models). A folder: save fitted models."),
     shards: int = typer.Option(1, "--shards", min=1, help="reshard: split the CSV into N files."),
+    group_by: list[str] | None = typer.Option(
+        None, "--group-by", help="reshard: group columns (repeatable; default in_grid, out_grid, "
+                                 "group)."),
+    size_col: str = typer.Option("tiles", "--size", help="reshard: the size column (x)."),
+    time_col: str | None = typer.Option(None, "--time", help="reshard: the time column (y; "
+                                                             "default y or duration_ns)."),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the ett baseline."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -34,11 +40,13 @@ def fit(
         opatlas fit --split extrapolate:dim:0.2 --json
 
         opatlas fit --data my.duckdb --recipe reshard --out models.csv --shards 12
+
+        opatlas fit --data runs.csv --recipe reshard --group-by kernel --size bytes --time ns
     """
     from opatlas.fit.data import load_op_data
 
     if recipe == "reshard":
-        _fit_reshard(data, out, shards, as_json)
+        _fit_reshard(data, out, shards, as_json, split, group_by or None, size_col, time_col)
         return
     from opatlas.fit.evaluate import evaluate_all
 
@@ -88,11 +96,12 @@ def _save_models(frame, data: str, recipe: str, out: Path, keys: set) -> None:
     typer.echo(f"saved {len(keys)} models under {out}")
 
 
-def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool) -> None:
-    """Per-group linear models of reshard results: columns in_grid, out_grid, group, tiles."""
+def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split: str,
+                 group_by: list[str] | None, size_col: str, time_col: str | None) -> None:
+    """Per-group linear models (the seed's fit_models.py) with in-sample and held-out metrics."""
     import pandas as pd
 
-    from opatlas.fit.linear import fit_linear_groups, write_models_csv
+    from opatlas.fit.linear import RESHARD_GROUPS, fit_linear_groups, heldout_linear_groups, write_models_csv
     from opatlas.store import Store
 
     path = Path(data)
@@ -103,20 +112,28 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool) -> Non
 
         with Store(path, read_only=True) as st:
             df = reshard_frame_from_store(st)
-    need = {"in_grid", "out_grid", "group", "tiles"}
-    if not need <= set(df.columns):
-        raise OpatlasError(f"--recipe reshard needs columns {sorted(need)} (and a time); "
-                           f"{path} has {sorted(df.columns)[:12]}...")
-    ycol = "y" if "y" in df else "duration_ns"
-    models = fit_linear_groups(df, ["in_grid", "out_grid", "group"], "tiles", ycol)
+    groups = list(group_by or RESHARD_GROUPS)
+    ycol = time_col or ("y" if "y" in df else "duration_ns")
+    missing = [c for c in (*groups, size_col, ycol) if c not in df.columns]
+    if missing:
+        raise OpatlasError(f"--recipe reshard: {path} has no column(s) {missing}; it has "
+                           f"{sorted(df.columns)[:16]} (set --group-by, --size, --time)")
+    models = fit_linear_groups(df, groups, size_col, ycol)
+    held = heldout_linear_groups(df, groups, size_col, ycol, split)
+    both = models.merge(held, on=groups, how="left")
     if out is not None:
-        for p in write_models_csv(models, out, shards):
+        for p in write_models_csv(models, out, shards, groups):
             typer.echo(str(p))
+        heldout_csv = out.with_name(f"{out.stem if out.suffix == '.csv' else out.name}.heldout.csv")
+        both.to_csv(heldout_csv, index=False)
+        typer.echo(str(heldout_csv))
     if as_json:
-        typer.echo(models.to_json(orient="records"))
-    else:
-        typer.echo(f"{len(models)} models; median r² {models['r^2'].median():.4f}, "
-                   f"median RMSRE {models['RMSRE'].median():.4f}")
+        typer.echo(both.to_json(orient="records"))
+        return
+    typer.echo(f"{len(models)} models; in-sample median r² {models['r^2'].median():.4f}, "
+               f"RMSRE {models['RMSRE'].median():.4f}; held-out ({split}, "
+               f"{int((held['heldout_points'] > 0).sum())} groups with ≥ 3 sizes) median r² "
+               f"{held['heldout_r^2'].median():.4f}, RMSRE {held['heldout_RMSRE'].median():.4f}")
 
 
 def predict(
