@@ -78,3 +78,77 @@ def test_where_selects_a_subset(data_dir):
     r = expand(spec, where="dim >= 4096 and mp == 2")
     assert r.summary()["valid"] == 3 * 9 * 9  # b x l x dim in 4096..8192
     assert all(v.params["mp"] == 2 and v.params["dim"] >= 4096 for v in r.vectors)
+
+
+def test_tied_parameters_set_several_at_once():
+    import pytest
+
+    from opatlas.errors import SpecError
+
+    spec = spec_from_mapping({
+        "name": "tied", "op": "linear",
+        "params": {"model": [{"dim": 4096, "ffn": 11008}, {"dim": 8192, "ffn": 28672}],
+                   "mp": [1, 8], "b": [1], "l": [2048]},
+        "constraints": ["ffn // mp >= 2048"]})
+    vecs = expand(spec).vectors
+    assert [(v.params["dim"], v.params["ffn"], v.params["mp"]) for v in vecs] == [
+        (4096, 11008, 1), (8192, 28672, 1), (8192, 28672, 8)]  # 11008 // 8 < 2048: dropped
+    assert all("model" not in v.params for v in vecs)  # the label sets, it is not a parameter
+    assert vecs[0].id == vector_id("linear", {"dim": 4096, "ffn": 11008, "mp": 1, "b": 1,
+                                              "l": 2048, "dtype": "fp32"})
+    for bad, words in [
+        ({"model": [{"dim": 1}, {"ffn": 2}]}, "must set the same parameters"),
+        ({"model": [{"dim": 1}], "dim": [2]}, "set by both"),
+        ({"model": [{"dim": 1}, {}]}, "sets nothing"),
+    ]:
+        with pytest.raises(SpecError, match=words):
+            spec_from_mapping({"name": "x", "op": "linear",
+                               "params": {**bad, "b": [1], "l": [1]}})
+
+
+def test_llm_catalog_specs_cover_every_op_with_real_model_shapes():
+    from opatlas.ops.batch import batch_counts
+    from opatlas.sweep.builtin import builtin_names, builtin_spec
+    from opatlas.sweep.llm_catalog import MODELS, llm_spec_names
+
+    assert set(llm_spec_names()) <= set(builtin_names())
+    # by hand: 2 dtypes × 6 models × 4 mp × 3 b × 2 l × 5 roles; flash: 4 seq lengths;
+    # the norms: 5 distinct dims, no mp; adam: fp32, 4 mp × 3 layer counts × 3 stages
+    counts = {"llm-linear": 1440, "llm-flash_attention": 576, "llm-rmsnorm": 60,
+              "llm-rope": 240, "llm-cross_entropy": 96, "llm-adam_step": 216, "llm-moe": 48}
+    for name in llm_spec_names():
+        spec = builtin_spec(name)
+        exp = expand(spec)
+        assert exp.invalid == {}, name  # every model shape is valid for every layout
+        if name in counts:
+            assert exp.valid == counts[name], name
+        frame = __import__("pandas").DataFrame([v.params for v in exp.vectors])
+        moved = batch_counts(spec.op, frame).filter(like="bytes_")  # fillmask has no FLOPs
+        assert len(moved.columns) and (moved.to_numpy() > 0).all(), name
+    seventy_b = [v.params for v in expand(builtin_spec("llm-linear")).vectors
+                 if v.params["dim"] == 8192]
+    assert {(p["h"], p["kv_heads"], p["ffn"]) for p in seventy_b} == {(64, 8, 28672)}
+    assert MODELS["llama-3-8b"]["kv_heads"] == 8 and MODELS["llama-2-7b"]["kv_heads"] == 32
+
+
+def test_gpu_session_script_dry_run_on_cpu(tmp_path):
+    """scripts/gpu_session.sh (what a GPU session runs) works end to end on the CPU backend,
+    and a second call resumes instead of measuring again."""
+    import os
+    from pathlib import Path
+
+    from opatlas.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHON=sys.executable, BACKEND="cpu", STEPS="sweep",
+               SPECS="llm-rmsnorm", WHERE="b == 1 and l == 2048 and dim == 2048",
+               OUT=str(tmp_path / "out"), STORE=str(tmp_path / "work" / "s.duckdb"))
+    for _ in range(2):
+        proc = subprocess.run(["bash", str(root / "scripts" / "gpu_session.sh")], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    assert "2 already in the store; ran 0" in proc.stdout
+    with Store(tmp_path / "out" / "s.duckdb", read_only=True) as st:
+        res = st.results()
+    assert len(res) == 4 and set(res["dtype"]) == {"bf16", "fp16"}  # 2 vectors × fwd, bwd
+    assert (res["status"] == "ok").all()

@@ -141,7 +141,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
         raise SpecError(str(exc), file=file,
                         key="kernel_name" if spec.source == "ett" else "op",
                         value=spec.op) from None
-    provided = set(spec.params) | set(spec.fixed) | set(fixed) | {"dtype"}
+    provided = set(spec.param_names()) | set(spec.fixed) | set(fixed) | {"dtype"}
     missing = [p for p in op.params if p not in provided and p not in op.defaults]
     if missing:
         raise SpecError(f"op '{op.name}' needs parameter(s) {missing}, which the spec "

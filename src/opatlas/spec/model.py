@@ -48,7 +48,10 @@ class ParamRange(BaseModel):
         return out
 
 
-ParamValues = list[Scalar] | ParamRange | Scalar
+# A list of mappings ties parameters together: each entry sets all its keys at once (e.g. one
+# entry per model: dim, heads, FFN width and vocabulary), instead of crossing them.
+Tied = list[dict[str, Scalar]]
+ParamValues = list[Scalar] | Tied | ParamRange | Scalar
 
 
 class SweepSpec(BaseModel):
@@ -73,11 +76,17 @@ class SweepSpec(BaseModel):
     @field_validator("params")
     @classmethod
     def _non_empty_lists(cls, params: dict[str, ParamValues]) -> dict[str, ParamValues]:
+        seen: dict[str, str] = {}
         for key, val in params.items():
             if not key.isidentifier():
                 raise ValueError(f"parameter name {key!r} is not an identifier")
             if isinstance(val, list) and not val:
                 raise ValueError(f"parameter {key!r} has an empty list of values")
+            for name in _tied_names(key, val) or [key]:
+                if name in seen:
+                    raise ValueError(f"parameter {name!r} is set by both {seen[name]!r} and "
+                                     f"{key!r}")
+                seen[name] = key
         return params
 
     @field_validator("constraints")
@@ -90,9 +99,13 @@ class SweepSpec(BaseModel):
                 raise ValueError(str(exc)) from None
         return exprs
 
+    def param_names(self) -> list[str]:
+        """Every parameter the grid sets, tied ones by their own names, in spec order."""
+        return [n for key, val in self.params.items() for n in _tied_names(key, val) or [key]]
+
     @model_validator(mode="after")
     def _suites_name_params(self) -> SweepSpec:
-        known = set(self.params) | set(self.fixed) | {"dtype"}
+        known = set(self.param_names()) | set(self.fixed) | {"dtype"}
         for key in self.suite_by:
             if key not in known:
                 raise ValueError(f"suite_by names {key!r}, which is not a parameter")
@@ -102,9 +115,10 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"constraint {e!r} names unknown parameters {sorted(unknown)}")
         return self
 
-    def axes(self) -> list[tuple[str, list[Scalar]]]:
-        """The parameter axes in spec order, each with its expanded values."""
-        axes: list[tuple[str, list[Scalar]]] = []
+    def axes(self) -> list[tuple[str, list[Any]]]:
+        """The parameter axes in spec order, each with its expanded values (a tied axis: its
+        mappings)."""
+        axes: list[tuple[str, list[Any]]] = []
         for key, val in self.params.items():
             if isinstance(val, ParamRange):
                 axes.append((key, list(val.values())))
@@ -119,3 +133,20 @@ class SweepSpec(BaseModel):
         for _, vals in self.axes():
             n *= len(vals)
         return n
+
+
+def _tied_names(key: str, val: Any) -> list[str]:
+    """The names a tied axis sets (all entries must set the same ones); [] for other axes."""
+    if not (isinstance(val, list) and val and all(isinstance(v, dict) for v in val)):
+        return []
+    names = list(val[0])
+    for i, entry in enumerate(val):
+        if not entry:
+            raise ValueError(f"parameter {key!r}: entry {i} sets nothing")
+        if set(entry) != set(names):
+            raise ValueError(f"parameter {key!r}: entry {i} sets {sorted(entry)}, entry 0 sets "
+                             f"{sorted(names)}; tied entries must set the same parameters")
+        bad = [n for n in entry if not n.isidentifier()]
+        if bad:
+            raise ValueError(f"parameter {key!r}: {bad[0]!r} is not an identifier")
+    return names

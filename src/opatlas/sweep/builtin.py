@@ -17,6 +17,7 @@ def _load() -> None:
     import importlib
 
     importlib.import_module("opatlas.tenstorrent.spec")
+    importlib.import_module("opatlas.sweep.llm_catalog")
 
 
 def builtin_spec(name: str) -> SweepSpec | None:

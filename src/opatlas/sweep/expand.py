@@ -103,7 +103,12 @@ def grid(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     names = [n for n, _ in axes]
     base: dict[str, Any] = dict(spec.fixed)
     for combo in itertools.product(*(vals for _, vals in axes)):
-        p = dict(zip(names, combo, strict=True))
+        p: dict[str, Any] = {}
+        for name, value in zip(names, combo, strict=True):
+            if isinstance(value, dict):  # a tied axis: its entry sets several parameters
+                p.update(value)
+            else:
+                p[name] = value
         p.update(base)
         p.setdefault("dtype", spec.dtype)
         yield p

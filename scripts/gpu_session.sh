@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One GPU session's work for issue 5, run ON the device machine from the repo root with
+# `carry: [".whl"]` (see scripts/gpu_wheels.sh). Steps (STEPS, comma-separated):
+#   tests   the CUDA tests: events vs profiler within 5%, bf16 8192³ ≥ 600 TFLOP/s, OOM recovery
+#   bench   the runner-throughput benchmark on the CUDA backend (20 µs and 1 ms ops, GPU busy %)
+#   sweep   every llm-* catalog spec (fwd+bwd, bf16/fp16, 1B–70B shapes) into $STORE; resumable:
+#           a vector already recorded is skipped, so call again to go on where it stopped
+# Everything it writes is copied to $OUT (the files that come back). It stops starting new work
+# BUDGET_S seconds after it began, inside the device's 10-minute limit per command.
+# On a CPU, for a dry run: BACKEND=cpu STEPS=sweep SPECS=llm-rmsnorm WHERE="b == 1" OUT=/tmp/o
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+STEPS=${STEPS:-tests,bench,sweep}
+BACKEND=${BACKEND:-cuda}
+BUDGET_S=${BUDGET_S:-540}
+STORE=${STORE:-gpu-work/catalog.duckdb}  # an ignored path: it survives between calls
+WHERE=${WHERE:-}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT" "$(dirname "$STORE")"
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+start=$(date +%s)
+left() { echo $(( BUDGET_S - ($(date +%s) - start) )); }
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } \
+  | tee "$OUT/device.txt"
+if has tests; then
+  $PY -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_backend.py 2>&1 \
+    | tee "$OUT/cuda_tests.txt" || true
+fi
+if has bench; then
+  $PY -m pytest -q -p no:cacheprovider benchmarks/bench_cuda_runner.py --benchmark-only \
+    --benchmark-json "$OUT/bench_cuda_runner.json" 2>&1 | tee "$OUT/bench_cuda_runner.txt" || true
+fi
+if has sweep; then
+  specs=${SPECS:-$($PY -c "from opatlas.sweep.llm_catalog import llm_spec_names as n; print(*n())")}
+  for spec in $specs; do
+    t=$(left); [ "$t" -gt 20 ] || { echo "budget spent: stopping before $spec"; break; }
+    echo "== $spec ($t s left)"
+    timeout --signal=INT "$t" $PY -m opatlas run "$spec" --backend "$BACKEND" --store "$STORE" \
+      --log-every 200 ${WHERE:+--where "$WHERE"} || echo "$spec stopped (rc $?); run again to go on"
+  done 2>&1 | tee "$OUT/sweep.txt"
+  cp "$STORE" "$OUT/"
+fi
+echo "done in $(( $(date +%s) - start )) s; files in $OUT"
