@@ -7,7 +7,7 @@
 #           a vector already recorded is skipped, so call again to go on where it stopped
 # Everything it writes is copied to $OUT (the files that come back). It stops starting new work
 # BUDGET_S seconds after it began, inside the device's 10-minute limit per command.
-# On a CPU, for a dry run: BACKEND=cpu STEPS=sweep SPECS=llm-rmsnorm WHERE="b == 1" OUT=/tmp/o
+# On a CPU, for a dry run: WHEELS= BACKEND=cpu STEPS=sweep SPECS=llm-rmsnorm WHERE="b == 1" OUT=/tmp/o
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -18,9 +18,10 @@ STORE=${STORE:-gpu-work/catalog.duckdb}  # an ignored path: it survives between 
 WHERE=${WHERE:-}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$(dirname "$STORE")"
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+WHEELS=${WHEELS-.whl}  # the carried wheels (python 3.12); WHEELS= skips installing them
+if [ -n "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
+    --target /tmp/site "$WHEELS"/*.whl
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1

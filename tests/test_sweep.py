@@ -140,7 +140,7 @@ def test_gpu_session_script_dry_run_on_cpu(tmp_path):
     from opatlas.store import Store
 
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHON=sys.executable, BACKEND="cpu", STEPS="sweep",
+    env = dict(os.environ, PYTHON=sys.executable, BACKEND="cpu", STEPS="sweep", WHEELS="",
                SPECS="llm-rmsnorm", WHERE="b == 1 and l == 2048 and dim == 2048",
                OUT=str(tmp_path / "out"), STORE=str(tmp_path / "work" / "s.duckdb"))
     for _ in range(2):
