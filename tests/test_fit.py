@@ -141,6 +141,12 @@ def test_fit_cli_json_contract():
         assert r["twin_model_mape"] < r["twin_mape"] + 0.01
 
 
+def test_predicting_no_shapes_gives_no_times(tmp_path):
+    pred = Predictor(cache_dir=tmp_path)
+    empty = pd.DataFrame({"mp": [], "b": [], "l": [], "dim": []}, dtype=int)
+    assert pred.predict("gelu", empty).shape == (0,)
+
+
 def test_twin_predictions_by_hand():
     from opatlas.fit.evaluate import twin_predictions
 

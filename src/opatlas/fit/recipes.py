@@ -121,6 +121,8 @@ class OpModel:
         return self._trees
 
     def predict(self, shapes: pd.DataFrame) -> np.ndarray:
+        if shapes.empty:
+            return np.zeros(0)
         X = self._X(shapes)
         if self.recipe == "ett":
             return self.model.predict(X[self.features].to_numpy())
