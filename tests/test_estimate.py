@@ -78,7 +78,8 @@ def test_analytical_mode_needs_no_data(monkeypatch):
 
     monkeypatch.setattr(data, "load_op_data", lambda *a, **k: pytest.fail("data was read"))
     e = estimate_step(load_config("llama2-70b"))
-    assert set(e.breakdown) == {"compute", "tp_comm", "pp_bubble", "p2p", "dp_comm", "optimizer"}
+    assert set(e.breakdown) == {"compute", "tp_comm", "ep_comm", "pp_bubble", "p2p", "dp_comm",
+                                "optimizer"}
     assert e.step_time_s == pytest.approx(sum(e.breakdown.values()))
     assert e.breakdown["optimizer"] > 0 and e.breakdown["pp_bubble"] > 0 and e.fits
     assert 0.2 < e.mfu < 0.7
@@ -129,3 +130,47 @@ def test_bad_config_is_a_clear_error(tmp_path):
         load_config(p)
     proc = run_cli("estimate", str(p))
     assert proc.returncode == 2 and str(p) in proc.stderr
+
+
+def _mixtral(**parallel) -> TrainConfig:
+    d = load_config("mixtral-8x7b").model_dump()
+    d["parallel"].update(parallel)
+    return TrainConfig.model_validate(d)
+
+
+def test_expert_parallelism_by_hand():
+    """Mixtral, tp 1, dp 8, pp 4: with ep 8 every MoE layer adds 2 all-to-alls forward and 2
+    backward of each rank's top-2 token copies, inside one node (8 ranks, stride 1); each rank
+    keeps 1/8 of the experts, whose states ZeRO-1 shards over dp/ep = 1 rank."""
+    one, eight = estimate_step(_mixtral(tp=1, dp=8, ep=1)), estimate_step(_mixtral(tp=1, dp=8, ep=8))
+    c = _mixtral(tp=1, dp=8, ep=8)
+    m, cl = c.model, c.cluster
+    nbytes = 2.0 * c.training.micro_batch * m.seq_len * m.top_k * m.hidden
+    a2a = 7 / 8 * nbytes / (cl.intra_bw_gbps * 1e9) + 7 * cl.intra_latency_us * 1e-6
+    layers = max(eight.stages)
+    assert eight.breakdown["ep_comm"] == pytest.approx(c.micro_batches * layers * 4 * a2a)
+    assert one.breakdown["ep_comm"] == 0.0
+    assert eight.breakdown["compute"] == pytest.approx(one.breakdown["compute"])
+    # weights and gradients (2 B each) of 7/8 of the experts leave the busiest device; the
+    # Adam states (12 B) do not shrink: ZeRO-1 already sharded them over all 8 dp ranks, and
+    # now shards 1/8 of them over dp/ep = 1 rank
+    experts = layers * pm.expert_params(m)
+    assert one.memory.weights - eight.memory.weights == pytest.approx(2 * experts * 7 / 8)
+    assert one.memory.gradients - eight.memory.gradients == pytest.approx(2 * experts * 7 / 8)
+    assert one.memory.optimizer == pytest.approx(eight.memory.optimizer)
+    # the experts' gradients are reduced over dp/ep = 1 rank: less DP traffic
+    assert eight.breakdown["dp_comm"] < one.breakdown["dp_comm"]
+
+
+def test_expert_parallelism_is_validated_and_searched():
+    with pytest.raises(ValueError, match="needs a MoE model"):
+        d = load_config("llama2-7b").model_dump()
+        d["parallel"]["ep"] = 2
+        TrainConfig.model_validate(d)
+    with pytest.raises(ValueError, match="must divide both experts"):
+        _mixtral(tp=4, dp=4, pp=4, ep=8)
+    from opatlas.estimate.search import candidates
+
+    eps = {c.parallel.ep for c in candidates(load_config("mixtral-8x7b"), 64)}
+    assert eps == {1, 2, 4, 8}
+    assert {c.parallel.ep for c in candidates(load_config("llama2-7b"), 64)} == {1}

@@ -2,7 +2,8 @@
 
 Ring costs for n ranks and S bytes (nccl-tests' bus-bandwidth factors): all-reduce
 2(n−1)/n·S/B + 2(n−1)·α; all-gather and reduce-scatter (n−1)/n·S/B + (n−1)·α (S = the full
-buffer); point-to-point S/B + α. B and α are the intra-node link's when the group fits in a
+buffer); all-to-all the same with S = one rank's buffer ((n−1)/n of it leaves the rank);
+point-to-point S/B + α. B and α are the intra-node link's when the group fits in a
 node, the network's otherwise.
 """
 
@@ -34,7 +35,7 @@ class AlphaBeta:
         bw, alpha = self._link(n, within_node)
         if op == "all_reduce":
             return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
-        if op in ("all_gather", "reduce_scatter"):
+        if op in ("all_gather", "reduce_scatter", "all_to_all"):
             return (n - 1) / n * nbytes / bw + (n - 1) * alpha
         if op == "p2p":
             return nbytes / bw + alpha

@@ -65,6 +65,8 @@ class ParallelConfig(_Strict):
     dp: int = Field(default=1, gt=0)
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0, description="expert parallelism: a MoE layer's experts are "
+                                                 "spread over ep data-parallel ranks")
     virtual_stages: int = Field(default=1, gt=0)
     schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     sequence_parallel: bool = False
@@ -110,6 +112,11 @@ class TrainConfig(_Strict):
         if t.global_batch % (p.dp * t.micro_batch):
             raise ValueError(f"global_batch {t.global_batch} is not a multiple of "
                              f"dp·micro_batch = {p.dp * t.micro_batch}")
+        if p.ep > 1 and not m.experts:
+            raise ValueError(f"ep {p.ep} needs a MoE model (experts > 0)")
+        if p.ep > 1 and (m.experts % p.ep or p.dp % p.ep):
+            raise ValueError(f"ep {p.ep} must divide both experts {m.experts} and dp {p.dp} "
+                             f"(expert-parallel groups are formed inside data parallelism)")
         if p.schedule == "interleaved" and p.virtual_stages < 2:
             raise ValueError("the interleaved schedule needs virtual_stages >= 2")
         return self

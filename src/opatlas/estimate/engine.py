@@ -2,10 +2,14 @@
 
 Per micro-batch, the slowest pipeline device runs its layers forward and backward (backward
 includes the recomputed forward under full recomputation), the tensor-parallel collectives of
-each layer, the embedding (first device) or head and loss (last device), and the point-to-point
-sends to its neighbours. The schedule adds the bubble: m·t·(1 + (p−1)/(v·m)). Data-parallel
-gradient reduction (per ZeRO stage, in buckets, optionally overlapped with the last backward)
-and the optimizer step follow. Op times for all configs are predicted in one batch per op.
+each layer, the expert-parallel all-to-alls of a MoE layer, the embedding (first device) or
+head and loss (last device), and the point-to-point sends to its neighbours. The schedule adds
+the bubble: m·t·(1 + (p−1)/(v·m)). Data-parallel gradient reduction (per ZeRO stage, in
+buckets, optionally overlapped with the last backward; experts' gradients over the dp/ep ranks
+that hold them) and the optimizer step follow. With expert parallelism each rank computes its
+experts' share of every rank's tokens: on average the same FLOPs as without it (perfect
+balance assumed; the larger per-expert GEMMs' better efficiency is not modelled). Op times
+for all configs are predicted in one batch per op.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ class Estimate:
     def as_json(self) -> dict[str, Any]:
         p = self.config.parallel
         return {"model": self.config.model.name, "gpus": self.config.gpus,
-                "parallel": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "virtual_stages": p.virtual_stages,
+                "parallel": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
+                             "virtual_stages": p.virtual_stages,
                              "schedule": p.schedule, "micro_batch": self.config.training.micro_batch,
                              "micro_batches": self.config.micro_batches, "zero": p.zero,
                              "recompute": p.recompute, "sequence_parallel": p.sequence_parallel},
@@ -169,8 +174,14 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
 
 
 def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
-                     devs: list[tuple[float, list[int]]]) -> np.ndarray:
-    params = np.array([dev[0] / (c.parallel.dp if c.parallel.zero >= 1 else 1)
+                     devs: list[tuple[float, list[int], float]]) -> np.ndarray:
+    """The optimizer step of the busiest device: ZeRO ≥ 1 shards the dense parameters' states
+    over dp ranks and the experts' over the dp/ep ranks that hold the same experts."""
+    def shard(c: TrainConfig, ranks: int) -> int:
+        return ranks if c.parallel.zero >= 1 else 1
+
+    params = np.array([(dev[0] - dev[2]) / shard(c, c.parallel.dp)
+                       + dev[2] / shard(c, c.parallel.dp // c.parallel.ep)
                        for c, dev in zip(cfgs, devs, strict=True)])
     shapes = pd.DataFrame({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
                            "encoders": 0})
@@ -180,19 +191,55 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
         return RooflineTimes.__call__(fn, "adam_step", shapes, "step")
 
 
-def _device_params(c: TrainConfig) -> tuple[float, list[int]]:
-    """Parameters on the busiest pipeline device (one TP shard), and layers per device."""
+def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
+    """Parameters on the busiest pipeline device (one TP shard; 1/ep of the experts), layers
+    per device, and how many of that device's parameters are experts'."""
     m, p = c.model, c.parallel
     chunks = partition_layers(m.layers, p.pp * p.virtual_stages)
     per_device = [sum(chunks[d::p.pp]) for d in range(p.pp)]
-    layer = (pm.layer_params(m) - 2 * pm.norm_params(m)) / p.tp + 2 * pm.norm_params(m)
-    dev = [n * layer for n in per_device]
+    norms, experts = 2 * pm.norm_params(m), pm.expert_params(m)
+    dense = (pm.layer_params(m) - norms - experts) / p.tp + norms
+    expert = experts / (p.tp * p.ep)
+    dev = [n * (dense + expert) for n in per_device]
     dev[0] += pm.embedding_params(m) / p.tp
     dev[-1] += pm.head_params(m) / p.tp
-    return max(dev), per_device
+    busiest = int(np.argmax(dev))
+    return dev[busiest], per_device, per_device[busiest] * expert
 
 
-def _assemble(c: TrainConfig, dev: tuple[float, list[int]], device: Any, comm: AlphaBeta,
+def _dp_comm(comm: AlphaBeta, c: TrainConfig, grads: float, ranks: int, stride: int,
+             nmb: int) -> tuple[float, float, int]:
+    """(gradient reduction, parameter gathering, buckets) of ``grads`` bytes over a
+    data-parallel group of ``ranks`` spaced ``stride`` apart, per ZeRO stage."""
+    p, gpn = c.parallel, c.cluster.gpus_per_node
+    buckets = max(1, math.ceil(grads / (p.bucket_mb * 2**20)))
+
+    def coll(op: str) -> float:
+        return buckets * _coll(comm, op, grads / buckets, ranks, stride, gpn)
+
+    if p.zero == 0:
+        return coll("all_reduce"), 0.0, buckets
+    if p.zero == 1:
+        return coll("all_reduce"), coll("all_gather"), buckets
+    if p.zero == 2:
+        return coll("reduce_scatter"), coll("all_gather"), buckets
+    return coll("reduce_scatter"), 2 * nmb * coll("all_gather"), buckets
+
+
+def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
+    """All-to-all time per MoE layer, forward and backward: dispatch and combine of each
+    token's top-k copies over the ep ranks (spaced tp apart), twice more in the backward, and
+    again for the recomputed forward under full recomputation."""
+    m, p = c.model, c.parallel
+    if p.ep <= 1:
+        return 0.0, 0.0
+    tokens = c.training.micro_batch * m.seq_len / (p.tp if p.sequence_parallel else 1)
+    a2a = _coll(comm, "all_to_all", 2.0 * tokens * m.top_k * m.hidden, p.ep, p.tp,
+                c.cluster.gpus_per_node)
+    return 2 * a2a, 2 * a2a + (2 * a2a if p.recompute == "full" else 0.0)
+
+
+def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
               lf: float, lb: float, ef: float, eb: float, hf: float, hb: float, opt: float,
               notes: list[str]) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
@@ -203,28 +250,26 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int]], device: Any, comm: A
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if p.recompute == "full" else 0.0)
     p2p = _coll(comm, "p2p", act / (p.tp if p.sequence_parallel else 1), 2, p.tp * p.dp, gpn) \
         if p.pp > 1 else 0.0
-    params_dev, per_device = dev
+    params_dev, per_device, experts_dev = dev
+    ep_f, ep_b = _ep_comm(comm, c)
     stage_times = []
     for d, layers in enumerate(per_device):
         comp = layers * (lf + lb + recompute_f) + (ef + eb if d == 0 else 0.0) + \
             (hf + hb if d == p.pp - 1 else 0.0)
         tpc = layers * (tp_f + tp_b) + (ar if d == 0 else 0.0)
+        epc = layers * (ep_f + ep_b)
         sends = p2p * ((d < p.pp - 1) + (d > 0))
-        stage_times.append((comp + tpc + sends, comp, tpc, sends))
-    t, comp, tpc, sends = max(stage_times)
+        stage_times.append((comp + tpc + epc + sends, comp, tpc, epc, sends))
+    t, comp, tpc, epc, sends = max(stage_times)
     sched = Schedule(p.schedule, p.pp, nmb, p.virtual_stages if p.schedule == "interleaved" else 1)
     bubble = nmb * t * sched.bubble_fraction()
-    grads = 2.0 * params_dev
-    buckets = max(1, math.ceil(grads / (p.bucket_mb * 2**20)))
-    dp = lambda op, nbytes: buckets * _coll(comm, op, nbytes / buckets, p.dp, p.tp, gpn)  # noqa: E731
-    if p.zero == 0:
-        grad_comm, param_comm = dp("all_reduce", grads), 0.0
-    elif p.zero == 1:
-        grad_comm, param_comm = dp("all_reduce", grads), dp("all_gather", grads)
-    elif p.zero == 2:
-        grad_comm, param_comm = dp("reduce_scatter", grads), dp("all_gather", grads)
-    else:
-        grad_comm, param_comm = dp("reduce_scatter", grads), 2 * nmb * dp("all_gather", grads)
+    if p.ep == 1:
+        grad_comm, param_comm, buckets = _dp_comm(comm, c, 2.0 * params_dev, p.dp, p.tp, nmb)
+    else:  # dense gradients over all dp ranks; the experts' over the dp/ep ranks holding them
+        dense = _dp_comm(comm, c, 2.0 * (params_dev - experts_dev), p.dp, p.tp, nmb)
+        expert = _dp_comm(comm, c, 2.0 * experts_dev, p.dp // p.ep, p.tp * p.ep, nmb)
+        grad_comm, param_comm = dense[0] + expert[0], dense[1] + expert[1]
+        buckets = dense[2] + expert[2]
     if p.dp_overlap and p.dp > 1:
         window = per_device[-1] * (lb + recompute_f)  # the last micro-batch's backward
         grad_comm = max(grad_comm - window, grad_comm / buckets)
@@ -232,19 +277,22 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int]], device: Any, comm: A
             param_comm = max(0.0, param_comm - nmb * (t - tpc))
     dp_comm = grad_comm + param_comm
     breakdown = {"compute": float(nmb * comp), "tp_comm": float(nmb * tpc),
-                 "pp_bubble": float(bubble),
+                 "ep_comm": float(nmb * epc), "pp_bubble": float(bubble),
                  "p2p": float(nmb * sends), "dp_comm": float(dp_comm), "optimizer": opt}
     step = sum(breakdown.values())
     tokens = c.training.global_batch * m.seq_len
     mfu = pm.model_flops_per_token(m) * tokens / (step * c.gpus * device.peak(c.training.dtype))
-    mem = _memory(c, params_dev, per_device, sched)
+    mem = _memory(c, params_dev, experts_dev, per_device, sched)
     limit = (device.memory_bytes - RESERVED_BYTES) / GiB
     return Estimate(c, step, breakdown, tokens / step, mfu, mem, limit, per_device, list(notes))
 
 
-def _memory(c: TrainConfig, params_dev: float, per_device: list[int], sched: Schedule) -> Memory:
+def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: list[int],
+            sched: Schedule) -> Memory:
     m, p = c.model, c.parallel
-    states = model_state_bytes(params_dev, p.dp, p.zero)
+    dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero)
+    experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero)  # ZeRO shards over dp/ep
+    states = {k: dense[k] + experts[k] for k in dense}
     per_layer = activation_bytes_per_layer(m, c.training.micro_batch, p.tp, p.sequence_parallel,
                                            p.recompute)
     acts = per_device[0] * per_layer * sched.in_flight()

@@ -19,6 +19,11 @@ def mlp_params(m: ModelConfig) -> int:
     return one * m.experts + d * m.experts if m.experts else one
 
 
+def expert_params(m: ModelConfig) -> int:
+    """The experts' own weights in one layer (0 for a dense model); the router stays shared."""
+    return mlp_params(m) - m.hidden * m.experts if m.experts else 0
+
+
 def norm_params(m: ModelConfig) -> int:
     return (2 if m.norm == "layernorm" else 1) * m.hidden
 

@@ -1,6 +1,6 @@
 """Search the parallel layouts of N GPUs: every valid (dp, tp, pp, micro-batch, ZeRO stage,
-recompute, schedule), estimated in one vectorised batch, ranked by step time; configs that do
-not fit in memory are dropped."""
+recompute, schedule, and expert parallelism for MoE models), estimated in one vectorised
+batch, ranked by step time; configs that do not fit in memory are dropped."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ def candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
         if tp > gpn or gpus % (tp * pp) or pp > m.layers or m.heads % tp or m.kv % tp:
             continue
         dp = gpus // (tp * pp)
-        for mb, zero, rec in itertools.product((1, 2, 4, 8), (0, 1, 2, 3),
-                                               ("none", "selective", "full")):
+        eps = [e for e in powers if e <= dp and dp % e == 0 and m.experts % e == 0] \
+            if m.experts else [1]
+        for mb, zero, rec, ep in itertools.product((1, 2, 4, 8), (0, 1, 2, 3),
+                                                   ("none", "selective", "full"), eps):
             if cfg.training.global_batch % (dp * mb):
                 continue
             nmb = cfg.training.global_batch // (dp * mb)
@@ -35,6 +37,7 @@ def candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
                         **cfg.model_dump(exclude={"parallel", "training"}),
                         "training": {**cfg.training.model_dump(), "micro_batch": mb},
                         "parallel": {**cfg.parallel.model_dump(), "dp": dp, "tp": tp, "pp": pp,
+                                     "ep": ep,
                                      "virtual_stages": v, "schedule": sched, "zero": zero,
                                      "recompute": rec, "sequence_parallel": tp > 1}}))
                 except ValidationError:
