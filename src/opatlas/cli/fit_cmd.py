@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -65,15 +66,18 @@ def fit(
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    table = Table("op", "pass", "train/test", "MAPE%", "RMSRE%", "r²", "max%", "ett%", "twins",
-                  "floor%", "ours%", title=f"held-out errors: {rows[0]['recipe']}, split {split}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                  title=f"held-out errors (%): {rows[0]['recipe']}, split {split}")
+    table.add_column("op", overflow="fold", min_width=8)
+    for name in ("pass", "test", "MAPE", "RMSRE", "ett", "twins", "floor", "ours"):
+        table.add_column(name, no_wrap=True, justify="left" if name == "pass" else "right")
     for r in rows:
-        table.add_row(r["op"], r["pass"], f"{r['n_train']}/{r['n_test']}",
-                      _pct(r["mape"]), _pct(r["rmsre"]), f"{r['r2']:.4f}",
-                      f"{100 * r['max_error']:.0f}", _pct(r["baseline_mape"]), str(r["twin_n"]),
-                      _pct(r["twin_mape"]), _pct(r["twin_model_mape"]))
+        table.add_row(r["op"], r["pass"], str(r["n_test"]), _pct(r["mape"]), _pct(r["rmsre"]),
+                      _pct(r["baseline_mape"]), str(r["twin_n"]), _pct(r["twin_mape"]),
+                      _pct(r["twin_model_mape"]))
     Console().print(table)
-    Console().print("ett: estimate-train-time's models on the same split. twins: test rows whose "
+    Console().print("test: held-out rows (r², max error, train counts: --json). ett: "
+                    "estimate-train-time's models on the same split. twins: test rows whose "
                     "kernel work also appears in training; floor: the MAPE of predicting those by "
                     "their training twins' mean (the data's own noise); ours: this model on the "
                     "same rows.", style="dim")
