@@ -24,6 +24,26 @@ def _ffn(p: Mapping[str, Any]) -> int:
     return pick(ffn > 0, ffn, 4 * I(p["dim"]))
 
 
+def _tokens(p: Mapping[str, Any]) -> int:
+    return I(p["b"]) * I(p["l"])
+
+
+# The (rows, width) layouts that row-wise ops share; a ``_Rowwise`` op names one as ``shape2d``.
+def hidden_shape(p: Mapping[str, Any]) -> tuple[int, int]:
+    """Activations of the hidden size: (b·l, dim)."""
+    return _tokens(p), I(p["dim"])
+
+
+def scores_shape(p: Mapping[str, Any]) -> tuple[int, int]:
+    """Attention scores of one TP shard: (b·h/mp·l, l)."""
+    return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
+
+
+def ffn_shape(p: Mapping[str, Any]) -> tuple[int, int]:
+    """FFN activations of one TP shard: (b·l, ffn/mp)."""
+    return _tokens(p), _ffn(p) // I(p["mp"])
+
+
 def padded_vocab(vocab: Any, mp: Any, multiple: int = 128) -> Any:
     """Megatron/GPT-NeoX vocabulary padding: a multiple of ``multiple·mp``."""
     unit = multiple * mp
@@ -178,8 +198,7 @@ class LayerNorm(_Rowwise):
     description = "LayerNorm over the hidden dimension"
     fwd_flops_per_elem, bwd_flops_per_elem = 8.0, 14.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return I(p["b"]) * I(p["l"]), I(p["dim"])
+    shape2d = staticmethod(hidden_shape)
 
     def param_elems(self, p: Mapping[str, Any]) -> int:
         return 2 * I(p["dim"])
@@ -209,8 +228,7 @@ class Softmax(_Rowwise):
     rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
     fwd_flops_per_elem, bwd_flops_per_elem = 5.0, 4.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
+    shape2d = staticmethod(scores_shape)
 
     def forward(self, state: Any) -> Any:
         import torch
@@ -230,8 +248,7 @@ class Gelu(_Rowwise):
     rules = (Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0),)
     fwd_flops_per_elem, bwd_flops_per_elem = 8.0, 13.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return I(p["b"]) * I(p["l"]), _ffn(p) // I(p["mp"])
+    shape2d = staticmethod(ffn_shape)
 
     def forward(self, state: Any) -> Any:
         import torch

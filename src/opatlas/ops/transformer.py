@@ -12,13 +12,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from opatlas.ops.base import I, Op, Rule, dtype_bytes, opt, pick
-from opatlas.ops.basic import _ffn, _heads_rules, _Rowwise, attention_dims, padded_vocab
+from opatlas.ops.basic import (
+    _ffn,
+    _heads_rules,
+    _Rowwise,
+    _tokens,
+    attention_dims,
+    ffn_shape,
+    hidden_shape,
+    padded_vocab,
+    scores_shape,
+)
 from opatlas.ops.registry import register_alias, register_op
 from opatlas.ops.torchutil import randn, torch_dtype
-
-
-def _tokens(p: Mapping[str, Any]) -> int:
-    return I(p["b"]) * I(p["l"])
 
 
 @register_op
@@ -67,8 +73,7 @@ class RmsNorm(_Rowwise):
     description = "RMSNorm over the hidden dimension"
     fwd_flops_per_elem, bwd_flops_per_elem = 4.0, 8.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), I(p["dim"])
+    shape2d = staticmethod(hidden_shape)
 
     def param_elems(self, p: Mapping[str, Any]) -> int:
         return I(p["dim"])
@@ -95,8 +100,7 @@ class SwiGlu(_Rowwise):
     rules = (Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0),)
     fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 12.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), _ffn(p) // I(p["mp"])
+    shape2d = staticmethod(ffn_shape)
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
@@ -177,8 +181,7 @@ class MaskedSoftmax(_Rowwise):
     rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
     fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 5.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
+    shape2d = staticmethod(scores_shape)
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         l = I(p["l"])
@@ -203,8 +206,7 @@ class FillMask(_Rowwise):
     description = "attention-mask fill of the scores (b, h/mp, l, l)"
     rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return I(p["b"]) * I(p["h"]) // I(p["mp"]) * I(p["l"]), I(p["l"])
+    shape2d = staticmethod(scores_shape)
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
@@ -271,8 +273,7 @@ class ResidualAdd(_Rowwise):
     description = "residual addition"
     fwd_flops_per_elem, bwd_flops_per_elem = 1.0, 1.0
 
-    def shape2d(self, p: Mapping[str, Any]) -> tuple[int, int]:
-        return _tokens(p), I(p["dim"])
+    shape2d = staticmethod(hidden_shape)
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         r, w = self.shape2d(p)
