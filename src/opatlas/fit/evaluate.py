@@ -67,8 +67,10 @@ def twin_predictions(keys: np.ndarray, y: np.ndarray, train: np.ndarray, test: n
 
 
 def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd.DataFrame,
-        y: np.ndarray, split: str) -> tuple[dict, int, int, str, dict]:
-    keys = work_keys(op, pass_, shapes, device, dtype)
+        y: np.ndarray, split: str, keys: np.ndarray | None = None
+        ) -> tuple[dict, int, int, str, dict]:
+    """Held-out metrics over the split's folds; with ``keys`` (:func:`work_keys`) also the twin
+    floor and this model's error on the same rows."""
     truth, pred, twin, twin_model, twin_truth = [], [], [], [], []
     n_train, used = 0, recipe
     for train, test in iter_splits(shapes, split):
@@ -77,13 +79,14 @@ def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd
         p = m.predict(shapes.iloc[test])
         truth.append(y[test])
         pred.append(p)
-        has, mean = twin_predictions(keys, y, train, test)
-        twin.append(mean)
-        twin_model.append(p[has])
-        twin_truth.append(y[test][has])
+        if keys is not None:
+            has, mean = twin_predictions(keys, y, train, test)
+            twin.append(mean)
+            twin_model.append(p[has])
+            twin_truth.append(y[test][has])
         n_train = len(train)
     t, p = np.concatenate(truth), np.concatenate(pred)
-    tt = np.concatenate(twin_truth)
+    tt = np.concatenate(twin_truth) if twin_truth else np.zeros(0)
     floor = {"twin_n": len(tt)}
     if len(tt):
         floor.update(twin_mape=mape(tt, np.concatenate(twin)),
@@ -97,8 +100,9 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     op, pass_, device, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
     device = device_for(device, df, dtype)
+    keys = work_keys(op, pass_, shapes, device, dtype)
     metrics, n_train, n_test, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y,
-                                                split)
+                                                split, keys)
     ev = Evaluation(op, pass_, used, split, n_train, n_test, **metrics, **floor)
     if baseline and recipe != "ett":
         base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, split)

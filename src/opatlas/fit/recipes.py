@@ -128,9 +128,10 @@ class OpModel:
             return self.model.predict(X[self.features].to_numpy())
         # shapes labelled differently often mean the same kernel work (same features): walk
         # the trees once per distinct feature vector
-        first, codes = distinct_rows(X[self.features])
+        features = X[self.features]
+        first, codes = distinct_rows(features)
         raw = predict_raw(self.model.booster_, self._compiled(),
-                          X[self.features].iloc[first].to_numpy(np.float64))[codes]
+                          features.iloc[first].to_numpy(np.float64))[codes]
         if self.recipe == "hybrid":
             return X["roofline_us"].to_numpy() * np.exp(raw)
         return np.exp(raw)

@@ -110,4 +110,3 @@ class Predictor:
         if len(first) == len(table):
             return model.predict(table)
         return model.predict(table.iloc[first].reset_index(drop=True))[codes]
-
