@@ -230,9 +230,7 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
     """All-to-all time per MoE layer, forward and backward: dispatch and combine of each
     token's top-k copies over the ep ranks (spaced tp apart), twice more in the backward, and
     again for the recomputed forward under full recomputation."""
-    m, p = c.model, c.parallel
-    if p.ep <= 1:
-        return 0.0, 0.0
+    m, p = c.model, c.parallel  # ep = 1: _coll is 0 for a group of one rank
     tokens = c.training.micro_batch * m.seq_len / (p.tp if p.sequence_parallel else 1)
     a2a = _coll(comm, "all_to_all", 2.0 * tokens * m.top_k * m.hidden, p.ep, p.tp,
                 c.cluster.gpus_per_node)
@@ -263,13 +261,13 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     t, comp, tpc, epc, sends = max(stage_times)
     sched = Schedule(p.schedule, p.pp, nmb, p.virtual_stages if p.schedule == "interleaved" else 1)
     bubble = nmb * t * sched.bubble_fraction()
-    if p.ep == 1:
-        grad_comm, param_comm, buckets = _dp_comm(comm, c, 2.0 * params_dev, p.dp, p.tp, nmb)
-    else:  # dense gradients over all dp ranks; the experts' over the dp/ep ranks holding them
-        dense = _dp_comm(comm, c, 2.0 * (params_dev - experts_dev), p.dp, p.tp, nmb)
-        expert = _dp_comm(comm, c, 2.0 * experts_dev, p.dp // p.ep, p.tp * p.ep, nmb)
-        grad_comm, param_comm = dense[0] + expert[0], dense[1] + expert[1]
-        buckets = dense[2] + expert[2]
+    # gradient bytes per data-parallel group (ranks, stride): the dense ones over all dp ranks,
+    # the experts' over the dp/ep ranks holding them (the same group when ep = 1)
+    groups = {(p.dp, p.tp): 2.0 * (params_dev - experts_dev)}
+    key = (p.dp // p.ep, p.tp * p.ep)
+    groups[key] = groups.get(key, 0.0) + 2.0 * experts_dev
+    parts = [_dp_comm(comm, c, g, ranks, stride, nmb) for (ranks, stride), g in groups.items()]
+    grad_comm, param_comm, buckets = (sum(x) for x in zip(*parts, strict=True))
     if p.dp_overlap and p.dp > 1:
         window = per_device[-1] * (lb + recompute_f)  # the last micro-batch's backward
         grad_comm = max(grad_comm - window, grad_comm / buckets)
