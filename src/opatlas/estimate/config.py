@@ -34,6 +34,9 @@ class ModelConfig(_Strict):
     tied_embeddings: bool = False
     experts: int = Field(default=0, ge=0)
     top_k: int = Field(default=0, ge=0)
+    attention: Literal["flash", "unfused"] = Field(
+        default="flash", description="flash: one fused kernel; unfused: baddbmm, masked softmax "
+                                     "and bmm as Megatron-LM ran attention before FlashAttention")
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
