@@ -76,11 +76,13 @@ def estimate(
 
 
 def _print_search(best: list, n: int, oom: int) -> None:
-    from opatlas.estimate.plot import label
+    from opatlas.estimate.plot import label, layout_label
 
-    table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB",
+    table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "same time and memory",
                   title=f"{n} layouts evaluated, {oom} out of memory")
     for i, e in enumerate(best, 1):
+        same = "; ".join(layout_label(c).replace("\n", " ") for c in e.equivalent)
         table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
-                      f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}")
+                      f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
+                      same or "-")
     Console().print(table)

@@ -4,7 +4,10 @@ Ring costs for n ranks and S bytes (nccl-tests' bus-bandwidth factors): all-redu
 2(n−1)/n·S/B + 2(n−1)·α; all-gather and reduce-scatter (n−1)/n·S/B + (n−1)·α (S = the full
 buffer); all-to-all the same with S = one rank's buffer ((n−1)/n of it leaves the rank);
 point-to-point S/B + α. B and α are the intra-node link's when the group fits in a
-node, the network's otherwise.
+node. A group that spans nodes with k of its ranks in each node runs its rings (NCCL's
+channels) over the k network ports of those ranks, one rail per GPU as in a DGX: its bus
+bandwidth is the smaller of k ports and the intra-node link (a ring crosses each node once
+per channel, and the channels spread over the k rails), with the network's latency.
 """
 
 from __future__ import annotations
@@ -22,17 +25,21 @@ class AlphaBeta:
     def __init__(self, cluster: ClusterConfig) -> None:
         self.c = cluster
 
-    def _link(self, n: int, within_node: bool) -> tuple[float, float]:
+    def _link(self, within_node: bool, per_node: int) -> tuple[float, float]:
+        intra = self.c.intra_bw_gbps * 1e9
         if within_node:
-            return self.c.intra_bw_gbps * 1e9, self.c.intra_latency_us * 1e-6
-        return self.c.inter_bw_gbps * 1e9, self.c.inter_latency_us * 1e-6
+            return intra, self.c.intra_latency_us * 1e-6
+        rails = max(1, per_node) * self.c.inter_bw_gbps * 1e9
+        return min(rails, intra), self.c.inter_latency_us * 1e-6
 
-    def time(self, op: str, nbytes: np.ndarray, n: int, within_node: bool) -> np.ndarray:
-        """Seconds for each message size in ``nbytes`` on a group of ``n`` ranks."""
+    def time(self, op: str, nbytes: np.ndarray, n: int, within_node: bool,
+             per_node: int = 1) -> np.ndarray:
+        """Seconds for each message size in ``nbytes`` on a group of ``n`` ranks, ``per_node``
+        of them in each node when the group spans nodes."""
         nbytes = np.asarray(nbytes, dtype=float)
         if n <= 1:
             return np.zeros_like(nbytes)
-        bw, alpha = self._link(n, within_node)
+        bw, alpha = self._link(within_node, per_node if op != "p2p" else 1)
         if op == "all_reduce":
             return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
         if op in ("all_gather", "reduce_scatter", "all_to_all"):
@@ -67,7 +74,7 @@ class Measured(AlphaBeta):
                       within_node: bool) -> np.ndarray:
         curve = self.curves.get((op, nodes, gpn))
         if curve is None:
-            return self.time(op, nbytes, nodes * gpn, within_node)
+            return self.time(op, nbytes, nodes * gpn, within_node, gpn)
         return curve(np.asarray(nbytes, dtype=float))
 
 

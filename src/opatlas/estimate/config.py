@@ -136,7 +136,9 @@ class TrainConfig(_Strict):
 def from_ett(data: dict[str, Any]) -> dict[str, Any]:
     """estimate-train-time's example config -> our mapping, keeping upstream's model
     assumptions (GELU FFN of 4·dim, vocab 50,257, MHA, fp16, full recompute, ZeRO-1, AFAB,
-    no DP overlap) so the comparison with its published numbers is like for like."""
+    no DP overlap) so the comparison with its published numbers is like for like. A layer
+    whose function list has no ``flash_atten`` runs attention unfused (baddbmm, masked
+    softmax, bmm)."""
     pp, mp, dp, b, h, l, dim, steps, gpn = data["training_config"]
     norm = "rmsnorm" if data.get("layernorm_name", "").lower().startswith("rms") else "layernorm"
     funcs = data.get("encoder_function_list", [])
@@ -144,7 +146,8 @@ def from_ett(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": {"name": Path(str(data.get("name", "ett"))).stem, "layers": data["encoders"],
                   "hidden": dim, "heads": h, "seq_len": l, "vocab": 50257, "norm": norm,
-                  "rope": "RoPE" in funcs, "ffn_kind": "gelu"},
+                  "rope": "RoPE" in funcs, "ffn_kind": "gelu",
+                  "attention": "flash" if "flash_atten" in funcs else "unfused"},
         "training": {"global_batch": b * steps * dp, "micro_batch": b, "dtype": "fp16"},
         "parallel": {"dp": dp, "tp": mp, "pp": pp, "schedule": "gpipe", "zero": 1,
                      "recompute": "full", "dp_overlap": False,

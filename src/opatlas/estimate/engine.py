@@ -25,7 +25,7 @@ import pandas as pd
 from opatlas.devices import get_device
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured
-from opatlas.estimate.config import TrainConfig
+from opatlas.estimate.config import ModelConfig, TrainConfig
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
 from opatlas.estimate.optimes import DataTimes, RooflineTimes
 from opatlas.estimate.pipeline import Schedule, partition_layers
@@ -45,6 +45,7 @@ class Estimate:
     memory_limit_gib: float
     stages: list[int]
     notes: list[str] = field(default_factory=list)
+    equivalent: list[TrainConfig] = field(default_factory=list)  # same time and memory (search)
 
     @property
     def memory_gib(self) -> float:
@@ -55,18 +56,38 @@ class Estimate:
         return self.memory_gib <= self.memory_limit_gib
 
     def as_json(self) -> dict[str, Any]:
-        p = self.config.parallel
-        return {"model": self.config.model.name, "gpus": self.config.gpus,
-                "parallel": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep,
-                             "virtual_stages": p.virtual_stages,
-                             "schedule": p.schedule, "micro_batch": self.config.training.micro_batch,
-                             "micro_batches": self.config.micro_batches, "zero": p.zero,
-                             "recompute": p.recompute, "sequence_parallel": p.sequence_parallel},
-                "step_time_s": self.step_time_s, "breakdown": self.breakdown,
-                "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
-                "memory_gib": self.memory_gib, "memory_limit_gib": self.memory_limit_gib,
-                "memory_breakdown_gib": {k: v / GiB for k, v in vars(self.memory).items()},
-                "fits": self.fits, "layers_per_stage": self.stages, "notes": self.notes}
+        out = {"model": self.config.model.name, "gpus": self.config.gpus,
+               "parallel": layout_json(self.config),
+               "step_time_s": self.step_time_s, "breakdown": self.breakdown,
+               "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+               "memory_gib": self.memory_gib, "memory_limit_gib": self.memory_limit_gib,
+               "memory_breakdown_gib": {k: v / GiB for k, v in vars(self.memory).items()},
+               "fits": self.fits, "layers_per_stage": self.stages, "notes": self.notes}
+        if self.equivalent:
+            out["equivalent"] = [layout_json(c) for c in self.equivalent]
+        return out
+
+
+def layout_json(c: TrainConfig) -> dict[str, Any]:
+    """The parallel layout of a config, as ``--json`` reports it."""
+    p = c.parallel
+    return {"dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep, "virtual_stages": p.virtual_stages,
+            "schedule": p.schedule, "micro_batch": c.training.micro_batch,
+            "micro_batches": c.micro_batches, "zero": p.zero, "recompute": p.recompute,
+            "sequence_parallel": p.sequence_parallel}
+
+
+UNFUSED_ATTENTION = ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm")
+
+
+def attention_ops(m: ModelConfig) -> list[tuple[str, dict[str, Any], int]]:
+    """The attention core of one layer: one flash kernel, or Megatron-LM's unfused sequence of
+    scores (baddbmm of Q·Kᵀ, scaled by 1/√d), the scaled causal-masked softmax and the
+    probabilities times V (bmm). Unfused attention repeats grouped K/V heads to all heads
+    before the matmuls, so its shapes take every query head."""
+    if m.attention == "flash":
+        return [("flash_atten", {"kv_heads": m.kv}, 1)]
+    return [(op, {}, 1) for op in UNFUSED_ATTENTION]
 
 
 def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
@@ -74,7 +95,7 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     m = cfg.model
     norm = "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm"
     ops: list[tuple[str, dict[str, Any], int]] = [
-        (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), ("flash_atten", {"kv_heads": m.kv}, 1),
+        (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), *attention_ops(m),
         ("linear2", {}, 1), ("res_add", {}, 2)]
     if m.rope:
         ops += [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * (m.hidden // m.heads)}, 1)]
@@ -115,11 +136,14 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
         fn = RooflineTimes(device, dtype, base.ops.compute_efficiency, base.ops.memory_efficiency)
     comm = _comm_model(base)
     layer_f, layer_b = np.zeros(len(cfgs)), np.zeros(len(cfgs))
+    core_f = np.zeros(len(cfgs))  # the unfused attention core's forward, which selective redoes
     for op, extra, count in _layer_ops(base):
         seq_split = op in ("RMSlayernorm", "layernorm", "res_add")
         f, b = _times(fn, op, _shapes(cfgs, extra, seq_split))
         layer_f += count * f
         layer_b += count * b
+        if op in UNFUSED_ATTENTION:
+            core_f += count * f
     m = base.model
     emb_f, emb_b = _times(fn, "embedding", _shapes(cfgs, {"vocab": m.vocab}, False))
     head = [_times(fn, "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm",
@@ -132,8 +156,19 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     notes = [f"op {x} has no measured data; roofline used" for x in
              sorted(getattr(fn, "fallbacks", set()))]
     return [_assemble(c, devs[i], device, comm, layer_f[i], layer_b[i], emb_f[i], emb_b[i],
-                      head_f[i], head_b[i], float(opt[i]), notes)
+                      head_f[i], head_b[i], float(opt[i]), notes,
+                      recompute_f=_recomputed(c, layer_f[i], core_f[i]))
             for i, c in enumerate(cfgs)]
+
+
+def _recomputed(c: TrainConfig, layer_f: float, core_f: float) -> float:
+    """Forward time one layer runs again in its backward: all of it under full
+    recomputation; under selective recomputation the attention core whose a·s² scores it did
+    not keep (Korthikanti et al. 2022, section 5): the unfused baddbmm, softmax and bmm; a
+    flash kernel keeps no scores, and recomputes its own tiles inside its backward."""
+    if c.parallel.recompute == "full":
+        return layer_f
+    return core_f if c.parallel.recompute == "selective" else 0.0
 
 
 def estimate_step(cfg: TrainConfig) -> Estimate:
@@ -166,11 +201,11 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
     if ranks <= 1:
         return 0.0
     within = ranks * stride <= gpn
+    per_node = max(1, min(ranks, gpn // stride))
     if isinstance(comm, Measured):
-        per_node = max(1, min(ranks, gpn // stride))
         nodes = max(1, ranks // per_node)
         return float(comm.time_topology(op, np.array([nbytes]), nodes, per_node, within)[0])
-    return float(comm.time(op, np.array([nbytes]), ranks, within)[0])
+    return float(comm.time(op, np.array([nbytes]), ranks, within, per_node)[0])
 
 
 def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
@@ -226,6 +261,20 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, grads: float, ranks: int, stride: 
     return coll("reduce_scatter"), 2 * nmb * coll("all_gather"), buckets
 
 
+def _p2p(comm: AlphaBeta, c: TrainConfig, act: float) -> float:
+    """One activation (or its gradient) to the neighbouring pipeline stage. Megatron-LM's
+    scatter/gather (Narayanan et al. 2021, section 4.1): each of the tp ranks sends its 1/tp
+    over its own link, and without sequence parallelism (where the activation is already
+    split) the receiving ranks all-gather the pieces over the intra-node link. Per
+    micro-batch each neighbour exchange is one activation one way and one gradient the other,
+    over full-duplex links: one transfer time."""
+    p, gpn = c.parallel, c.cluster.gpus_per_node
+    if p.pp == 1:
+        return 0.0
+    piece = _coll(comm, "p2p", act / p.tp, 2, p.tp * p.dp, gpn)
+    return piece + (0.0 if p.sequence_parallel else _coll(comm, "all_gather", act, p.tp, 1, gpn))
+
+
 def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
     """All-to-all time per MoE layer, forward and backward: dispatch and combine of each
     token's top-k copies over the ep ranks (spaced tp apart), twice more in the backward, and
@@ -239,24 +288,26 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
               lf: float, lb: float, ef: float, eb: float, hf: float, hb: float, opt: float,
-              notes: list[str]) -> Estimate:
+              notes: list[str], recompute_f: float = 0.0) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     mb, nmb = c.training.micro_batch, c.micro_batches
     act = 2.0 * mb * m.seq_len * m.hidden  # one layer's activations, 16-bit
     ar = _coll(comm, "all_reduce", act, p.tp, 1, gpn)
-    recompute_f = lf if p.recompute == "full" else 0.0
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if p.recompute == "full" else 0.0)
-    p2p = _coll(comm, "p2p", act / (p.tp if p.sequence_parallel else 1), 2, p.tp * p.dp, gpn) \
-        if p.pp > 1 else 0.0
+    p2p = _p2p(comm, c, act)
     params_dev, per_device, experts_dev = dev
     ep_f, ep_b = _ep_comm(comm, c)
+    chunks = p.virtual_stages if p.schedule == "interleaved" else 1
     stage_times = []
     for d, layers in enumerate(per_device):
         comp = layers * (lf + lb + recompute_f) + (ef + eb if d == 0 else 0.0) + \
             (hf + hb if d == p.pp - 1 else 0.0)
-        tpc = layers * (tp_f + tp_b) + (ar if d == 0 else 0.0)
+        # the embedding's forward all-reduce (vocab-parallel lookup) and the head's backward
+        # one (its column-parallel projection's input gradient)
+        tpc = layers * (tp_f + tp_b) + ar * ((d == 0) + (d == p.pp - 1))
         epc = layers * (ep_f + ep_b)
-        sends = p2p * ((d < p.pp - 1) + (d > 0))
+        # chunk boundaries this device receives across and sends across, per micro-batch
+        sends = p2p * (chunks - (d == 0) + chunks - (d == p.pp - 1)) if p.pp > 1 else 0.0
         stage_times.append((comp + tpc + epc + sends, comp, tpc, epc, sends))
     t, comp, tpc, epc, sends = max(stage_times)
     sched = Schedule(p.schedule, p.pp, nmb, p.virtual_stages if p.schedule == "interleaved" else 1)
@@ -292,7 +343,7 @@ def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: l
     experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero)  # ZeRO shards over dp/ep
     states = {k: dense[k] + experts[k] for k in dense}
     per_layer = activation_bytes_per_layer(m, c.training.micro_batch, p.tp, p.sequence_parallel,
-                                           p.recompute)
+                                           p.recompute, flash=m.attention == "flash")
     acts = per_device[0] * per_layer * sched.in_flight()
     logits = 4.0 * c.training.micro_batch * m.seq_len * m.vocab / p.tp if p.pp == 1 else 0.0
     return Memory(states["weights"], states["gradients"], states["optimizer"], acts,

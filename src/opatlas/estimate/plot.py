@@ -9,16 +9,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from opatlas.estimate.config import TrainConfig
 from opatlas.estimate.engine import Estimate
 
 PARTS = ("compute", "tp_comm", "ep_comm", "pp_bubble", "p2p", "dp_comm", "optimizer")
 
 
 def label(e: Estimate) -> str:
-    p = e.config.parallel
+    return layout_label(e.config)
+
+
+def layout_label(c: TrainConfig) -> str:
+    p = c.parallel
     return (f"dp{p.dp} tp{p.tp} pp{p.pp}" + (f"v{p.virtual_stages}" if p.virtual_stages > 1 else "")
             + (f" ep{p.ep}" if p.ep > 1 else "")
-            + f"\nmb{e.config.training.micro_batch} z{p.zero} {p.recompute}")
+            + f"\nmb{c.training.micro_batch} z{p.zero} {p.recompute}")
 
 
 def plot_breakdown(estimates: list[Estimate], path: Path, title: str = "") -> Path:

@@ -1,6 +1,9 @@
 """Search the parallel layouts of N GPUs: every valid (dp, tp, pp, micro-batch, ZeRO stage,
 recompute, schedule, and expert parallelism for MoE models), estimated in one vectorised
-batch, ranked by step time; configs that do not fit in memory are dropped."""
+batch, ranked by step time; configs that do not fit in memory are dropped. Layouts with the
+same step time and memory (e.g. no and selective recomputation under flash attention, which
+stores no attention scores to recompute) make one row: the first in candidate order, with the
+others listed as its ``equivalent`` layouts."""
 
 from __future__ import annotations
 
@@ -54,4 +57,21 @@ def search(cfg: TrainConfig, gpus: int, top: int = 10) -> tuple[list[Estimate], 
                            f"{cfg.training.global_batch})")
     ests = estimate_many(cands)
     fits = sorted((e for e in ests if e.fits), key=lambda e: e.step_time_s)
-    return fits[:top], len(ests), len(ests) - len(fits)
+    return distinct(fits)[:top], len(ests), len(ests) - len(fits)
+
+
+def _result_key(e: Estimate) -> tuple[float, float]:
+    """Step time and memory to 9 significant digits: equal results computed along different
+    paths differ only in the last bits of the float sums."""
+    return float(f"{e.step_time_s:.9g}"), float(f"{e.memory.total:.9g}")
+
+
+def distinct(estimates: list[Estimate]) -> list[Estimate]:
+    """One estimate per distinct (step time, memory), in the given order; each kept estimate
+    lists the configs of the later ones that tie with it in ``equivalent``."""
+    kept: dict[tuple[float, float], Estimate] = {}
+    for e in estimates:
+        first = kept.setdefault(_result_key(e), e)
+        if first is not e:
+            first.equivalent.append(e.config)
+    return list(kept.values())

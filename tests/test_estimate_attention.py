@@ -1,0 +1,95 @@
+"""Unfused attention (Megatron-LM before FlashAttention): its time is the baddbmm, masked
+softmax and bmm op models at the layer's shapes, its a·s² scores are kept unless recomputed,
+and selective recomputation redoes exactly that core. Then: search shows equal layouts once."""
+
+from __future__ import annotations
+
+import pytest
+
+from opatlas.devices import get_device
+from opatlas.estimate import estimate_step, search
+from opatlas.estimate.config import TrainConfig, from_ett
+from opatlas.estimate.optimes import RooflineTimes
+
+S, H, A, T, LAYERS, NMB = 1024, 1024, 16, 2, 4, 8
+
+
+def _cfg(attention: str, recompute: str, **parallel) -> TrainConfig:
+    return TrainConfig.model_validate({
+        "model": {"layers": LAYERS, "hidden": H, "heads": A, "seq_len": S, "vocab": 32000,
+                  "attention": attention},
+        "training": {"global_batch": NMB, "micro_batch": 1, "dtype": "fp16"},
+        "parallel": {"dp": 1, "tp": T, "pp": 1, "recompute": recompute, "zero": 0, **parallel},
+        "cluster": {"device": "A100"}, "ops": {"mode": "analytical"}})
+
+
+def _op(op: str, pass_: str) -> float:
+    """The roofline op model at the layer's shape: tp 2, batch 1, 16 heads, 1024 × 1024."""
+    import pandas as pd
+
+    fn = RooflineTimes(get_device("A100"), "fp16", 0.7, 0.8)
+    shape = pd.DataFrame([{"mp": T, "b": 1, "h": A, "l": S, "dim": H}])
+    return float(fn(op, shape, pass_)[0])
+
+
+CORE = ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm")
+
+
+def test_unfused_time_is_the_sum_of_its_op_models():
+    flash, unfused = (estimate_step(_cfg(a, "none")) for a in ("flash", "unfused"))
+    core = sum(_op(op, p) for op in CORE for p in ("fwd", "bwd"))
+    fused = _op("flash_atten", "fwd") + _op("flash_atten", "bwd")
+    assert core > fused > 0
+    assert unfused.breakdown["compute"] - flash.breakdown["compute"] == \
+        pytest.approx(NMB * LAYERS * (core - fused), rel=1e-9)
+
+
+def test_selective_recomputation_redoes_the_core_forward_only():
+    none, sel = (estimate_step(_cfg("unfused", r)) for r in ("none", "selective"))
+    core_f = sum(_op(op, "fwd") for op in CORE)
+    assert sel.breakdown["compute"] - none.breakdown["compute"] == \
+        pytest.approx(NMB * LAYERS * core_f, rel=1e-9)
+    # flash attention keeps no scores: selective recomputes nothing
+    f_none, f_sel = (estimate_step(_cfg("flash", r)) for r in ("none", "selective"))
+    assert f_sel.step_time_s == f_none.step_time_s
+
+
+def test_unfused_activation_memory_by_hand():
+    """Korthikanti et al. 2022, eq. (2): s·b·h·(10 + 24/t + 5·a·s/(h·t)) per layer, the last
+    term only while the scores are kept; one micro-batch in flight (pp = 1)."""
+    sbh = S * 1 * H
+    kept = LAYERS * sbh * (10 + 24 / T + 5 * A * S / (H * T))  # 4·1 Mi·(22 + 40) B
+    assert kept == 260_046_848
+    acts = {r: estimate_step(_cfg("unfused", r)).memory.activations for r in
+            ("none", "selective", "full")}
+    assert acts["none"] == pytest.approx(kept)
+    assert acts["selective"] == pytest.approx(LAYERS * sbh * 22)
+    assert acts["full"] == pytest.approx(LAYERS * 2 * sbh)
+    assert estimate_step(_cfg("flash", "none")).memory.activations == pytest.approx(
+        LAYERS * sbh * 22)
+
+
+def test_upstream_function_list_without_flash_is_unfused():
+    base = {"training_config": [1, 2, 1, 1, 16, 1024, 1024, 8, 4], "encoders": 4}
+    unfused = ["layernorm", "linear1", "baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm",
+               "linear2", "layernorm", "res_add", "linear3", "gelu", "linear4", "res_add"]
+    assert from_ett({**base, "encoder_function_list": unfused})["model"]["attention"] == "unfused"
+    flash = [f if f != "baddbmm" else "flash_atten" for f in unfused]
+    assert from_ett({**base, "encoder_function_list": flash})["model"]["attention"] == "flash"
+
+
+def test_search_shows_equal_layouts_once():
+    """Under flash attention recompute none and selective give the same time and memory: one
+    row, the other listed as equivalent (and in --json)."""
+    cfg = _cfg("flash", "none")
+    best, n, _ = search(cfg, 8, top=50)
+    keys = [(e.step_time_s, e.memory.total) for e in best]
+    assert len(set(keys)) == len(keys)
+    first = best[0]
+    assert first.equivalent, "the fastest layout has a twin with selective recomputation"
+    twin = first.equivalent[0]
+    assert twin.parallel.recompute != first.config.parallel.recompute
+    assert estimate_step(twin).step_time_s == pytest.approx(first.step_time_s)
+    js = first.as_json()["equivalent"]
+    assert js[0]["recompute"] == twin.parallel.recompute
+    assert sum(1 + len(e.equivalent) for e in best) <= n
