@@ -71,11 +71,19 @@ def check_key(path: tuple[str, ...]) -> None:
 
 
 def apply_overrides(data: dict[str, Any], items: Sequence[str]) -> dict[str, Any]:
-    """A copy of the raw config ``data`` with each ``KEY=VALUE`` of ``items`` set."""
+    """A copy of the raw config ``data`` with each ``KEY=VALUE`` of ``items`` set.
+
+    ``cluster.preset`` is applied first and replaces the file's device, GPUs per node and
+    bandwidths (the figures a preset defines); other ``--set cluster.*`` keys still win."""
     out = copy.deepcopy(data)
-    for item in items:
-        path, value = parse_item(item)
+    parsed = [parse_item(item) for item in items]
+    parsed.sort(key=lambda pv: pv[0] != ("cluster", "preset"))
+    for path, value in parsed:
         check_key(path)
+        if path == ("cluster", "preset") and isinstance(out.get("cluster"), dict):
+            from opatlas.estimate.presets import PRESET_KEYS
+
+            out["cluster"] = {k: v for k, v in out["cluster"].items() if k not in PRESET_KEYS}
         node = out
         for part in path[:-1]:
             child = node.get(part)

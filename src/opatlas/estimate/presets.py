@@ -14,6 +14,8 @@ from typing import Any
 
 from opatlas.errors import SpecError
 
+PRESET_KEYS = ("device", "gpus_per_node", "intra_bw_gbps", "inter_bw_gbps")
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -24,8 +26,7 @@ class Preset:
     source: str
 
     def fields(self) -> dict[str, Any]:
-        return {"device": self.device, "gpus_per_node": self.gpus_per_node,
-                "intra_bw_gbps": self.intra_bw_gbps, "inter_bw_gbps": self.inter_bw_gbps}
+        return {k: getattr(self, k) for k in PRESET_KEYS}
 
 
 PRESETS: dict[str, Preset] = {
