@@ -264,7 +264,20 @@ def test_runs_rank_by_time_to_train_not_step_time():
     assert [e for e, _ in ranked] == expected
 
 
-def test_cli_inputs_end_to_end(tmp_path):
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    """``opatlas ARGS`` in this process (no interpreter start-up): exit code, stdout, stderr."""
+    from opatlas.cli import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_whole_run_from_megatron_args_end_to_end():
     out = run_cli("estimate", "--megatron-args", f"@{MEGATRON / 'selene-gpt-18b.args'}",
                   "--gpus", "256", "--set", "cluster.preset=dgx-a100", "--tokens", "100B",
                   "--gpu-hour-price", "1.5", "--json", check=True)
@@ -274,15 +287,22 @@ def test_cli_inputs_end_to_end(tmp_path):
     assert run["days"] == pytest.approx(run["steps"] * data["step_time_s"] / 86400)
     assert run["cost"] == pytest.approx(1.5 * run["gpu_hours"])
     assert "--lr" in out.stderr and "not modelled" in out.stderr
-    s = json.loads(run_cli("estimate", "qwen2.5-7b", "--gpus", "32", "--search", "--set",
-                           "model.seq_len=4096", "--tokens", "1T", "--top", "3", "--json",
-                           check=True).stdout)
+
+
+def test_cli_search_ranks_by_time_to_train(capsys):
+    code, out, err = _cli(capsys, "estimate", "qwen2.5-7b", "--gpus", "8", "--search", "--set",
+                          "model.seq_len=4096", "--tokens", "1T", "--top", "3", "--json")
+    s = json.loads(out)
     days = [e["run"]["days"] for e in s["top"]]
-    assert len(days) == 3 and days == sorted(days) and s["ranked_by"] == "time to train"
+    assert code == 0 and len(days) == 3 and days == sorted(days)
+    assert s["ranked_by"] == "time to train" and "qwen2.5-7b: read" in err
+
+
+def test_cli_bad_inputs_get_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({"model_type": "deepseek_v3", "kv_lora_rank": 512}))
     for args in (["estimate", str(bad)], ["estimate", "llama2-7b", "--set", "parallel.tpp=2"],
                  ["estimate", "--megatron-args", "--num-layers 2 --foo 1", "--gpus", "8"]):
-        proc = run_cli(*args)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        code, _, err = _cli(capsys, *args)
+        assert code == 2 and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
