@@ -97,12 +97,13 @@ def print_search_runs(ranked: list, n: int, oom: int, as_json: bool) -> None:
         typer.echo(json.dumps({"evaluated": n, "oom": oom, "ranked_by": "time to train",
                                "top": [{**e.as_json(), "run": r.as_json()} for e, r in ranked]}))
         return
+    priced = bool(ranked) and ranked[0][1].cost is not None
     table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "days", "GPU-hours",
-                  "cost", title=f"{n} layouts evaluated, {oom} out of memory; ranked by time "
-                                f"to train")
+                  *(["cost"] if priced else []),
+                  title=f"{n} layouts evaluated, {oom} out of memory; ranked by time to train")
     for i, (e, r) in enumerate(ranked, 1):
         table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
                       f"{r.days:,.2f}", f"{r.gpu_hours:,.0f}",
-                      "" if r.cost is None else f"{r.cost:,.0f}")
+                      *([f"{r.cost:,.0f}"] if priced else []))
     Console().print(table)
