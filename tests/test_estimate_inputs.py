@@ -110,6 +110,9 @@ def test_gpt3_example_args_map_every_flag():
     assert run.steps == math.ceil(146_484_375 / 1536)  # --train-samples over the batch
     assert {"lr", "save", "data-path"} <= set(run.no_effect)
     assert run.not_modelled == ["overlap-param-gather"]
+    with pytest.raises(SpecError, match="strict") as info:
+        megatron_config(f"@{MEGATRON / 'gpt3-175b.args'}", gpus=1024, strict=True)
+    assert info.value.key == "--overlap-param-gather"
 
 
 def test_megatron_defaults_when_flags_are_absent():
@@ -192,6 +195,31 @@ def test_selene_runs_as_yaml_and_as_megatron_args_give_identical_estimates(tmp_p
     from_yaml.pop("model")
     assert from_args == from_yaml
     assert from_args["step_time_s"] > 0 and from_args["gpus"] == shape[4]
+
+
+def test_mixtral_as_megatron_args_equals_the_bundled_yaml():
+    """MoE, GQA, SwiGLU, RoPE, RMSNorm, untied, no biases, flash, ZeRO-1, overlap, buckets."""
+    args = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+            "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --num-experts 8 "
+            "--moe-router-topk 2 --seq-length 4096 --max-position-embeddings 32768 "
+            "--vocab-size 32000 --make-vocab-size-divisible-by 64 --normalization RMSNorm "
+            "--position-embedding-type rope --untie-embeddings-and-output-weights "
+            "--disable-bias-linear --use-flash-attn --bf16 --tensor-model-parallel-size 4 "
+            "--pipeline-model-parallel-size 4 --sequence-parallel --recompute-granularity "
+            "selective --micro-batch-size 1 --global-batch-size 1024 --use-distributed-optimizer "
+            "--overlap-grad-reduce --ddp-bucket-size 13107200 --moe-token-dispatcher-type "
+            "alltoall --moe-grouped-gemm --moe-aux-loss-coeff 1e-2")
+    from_args = load_inputs(megatron_args=args, gpus=128, sets=["cluster.preset=dgx-h100"])
+    from_yaml = load_config("mixtral-8x7b")
+    assert from_args.config.model.model_dump(exclude={"name"}) == \
+        from_yaml.model.model_dump(exclude={"name"})
+    assert from_args.config.parallel == from_yaml.parallel
+    a, y = estimate_step(from_args.config).as_json(), estimate_step(from_yaml).as_json()
+    a.pop("model"), y.pop("model")
+    assert a == y
+    # without the padding multiple, Megatron pads 32,000 to a multiple of 128·tp = 512
+    padded = megatron_config(args.replace("--make-vocab-size-divisible-by 64 ", ""), gpus=128)
+    assert padded.config["model"]["vocab"] == 32256
 
 
 # --- --set, presets, devices --------------------------------------------------------------

@@ -29,12 +29,13 @@ class Inputs:
 
 def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                 gpus: int | None = None, gpus_per_node: int | None = None,
-                sets: Sequence[str] = (), search: bool = False) -> Inputs:
+                sets: Sequence[str] = (), search: bool = False, strict: bool = False) -> Inputs:
     """Build the training config from a file or Megatron arguments plus overrides.
 
     ``gpus`` is the world size: for Megatron arguments it sets dp = gpus / (tp·pp); for a
     config that does not fix ``parallel.dp`` (a Hugging Face one) likewise, unless ``search``
     (where it is the search's GPU count); a config whose dp·tp·pp disagrees is an error.
+    ``strict``: Megatron flags that are not modelled are errors, not notes.
     """
     notes: list[str] = []
     steps = None
@@ -44,7 +45,7 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                                "for the cluster, e.g. --set cluster.preset=dgx-a100)")
         from opatlas.estimate.megatron import megatron_config
 
-        run = megatron_config(megatron_args, gpus, gpus_per_node)
+        run = megatron_config(megatron_args, gpus, gpus_per_node, strict)
         path = Path(megatron_args[1:] if megatron_args.startswith("@") else "--megatron-args")
         raw, steps = run.config, run.steps
         notes.extend(run.report())

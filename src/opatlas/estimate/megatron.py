@@ -335,12 +335,15 @@ def _check_refused(a: _Args) -> None:
                 raise a.refuse(name, mf.NEUTRAL_WHY[name])
 
 
-def _sort_rest(a: _Args, run: MegatronRun) -> None:
+def _sort_rest(a: _Args, run: MegatronRun, strict: bool) -> None:
     for name in a.flags:
         if name in a.used:
             continue
         if name in mf.NO_EFFECT or name.startswith(mf.NO_EFFECT_PREFIXES):
             run.no_effect.append(name)
+        elif name in mf.NOT_MODELLED and strict:
+            raise SpecError("the estimator does not model this flag (strict mode)",
+                            file=a.label, key=f"--{name}")
         elif name in mf.NOT_MODELLED:
             run.not_modelled.append(name)
         else:
@@ -366,9 +369,10 @@ def _world(a: _Args, launcher: dict[str, list[str]], gpus: int | None,
     return gpus, gpus_per_node or per_node
 
 
-def megatron_config(text: str, gpus: int | None = None,
-                    gpus_per_node: int | None = None) -> MegatronRun:
-    """Map a Megatron-LM command line to a raw training config (see the module docstring)."""
+def megatron_config(text: str, gpus: int | None = None, gpus_per_node: int | None = None,
+                    strict: bool = False) -> MegatronRun:
+    """Map a Megatron-LM command line to a raw training config (see the module docstring).
+    ``strict``: a flag that is not modelled is an error instead of a note."""
     tokens, label = read_args(text)
     flags, launcher = parse_flags(tokens, label)
     a = _Args(flags, label)
@@ -427,7 +431,7 @@ def megatron_config(text: str, gpus: int | None = None,
     if gpus_per_node is not None:
         config["cluster"] = {"gpus_per_node": gpus_per_node}
     run = MegatronRun(config, notes, steps=_steps(a, global_batch))
-    _sort_rest(a, run)
+    _sort_rest(a, run, strict)
     return run
 
 
