@@ -130,6 +130,10 @@ def test_megatron_defaults_when_flags_are_absent():
                         "--vocab-size 32000 --swiglu", gpus=8).config.model
     assert p["bucket_mb"] >= 2 * pm.total_params(model) / 2**20
     assert any("unfused" in n for n in run.notes)
+    mqa = megatron_config("--num-layers 4 --hidden-size 4096 --num-attention-heads 32 "
+                          "--seq-length 1024 --micro-batch-size 2 --vocab-size 32000 "
+                          "--group-query-attention", gpus=8)
+    assert mqa.config["model"]["kv_heads"] == 1  # Megatron's --num-query-groups default
 
 
 def test_old_and_new_recompute_spellings_agree_and_torchrun_gives_the_gpus():

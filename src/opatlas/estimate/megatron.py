@@ -181,7 +181,8 @@ def _vocab(a: _Args, tp: int, notes: list[str]) -> int:
     return math.ceil(size / multiple) * multiple
 
 
-def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
+def _shape(a: _Args, notes: list[str]) -> dict[str, Any]:
+    """Layers, widths, heads and query groups, sequence length."""
     layers = a.int("num-layers", "encoder-num-layers")
     if layers is None:
         raise SpecError("missing: the number of layers", file=a.label, key="--num-layers")
@@ -192,14 +193,21 @@ def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
         raise a.refuse("kv-channels", f"a head dimension of {kv_channels} other than "
                                       f"hidden/heads = {hidden / heads:g} is not modelled")
     seq_len = a.int("seq-length", "encoder-seq-length")
-    max_pos = a.int("max-position-embeddings")
     if seq_len is None:
         raise SpecError("missing: the sequence length", file=a.label, key="--seq-length")
-    kv = a.int("num-query-groups") if a.switch("group-query-attention") else None
-    if kv is None and a.has("num-query-groups"):
-        a.int("num-query-groups")
-        notes.append("--num-query-groups without --group-query-attention: Megatron-LM ignores "
-                     "it (multi-head attention)")
+    groups = a.int("num-query-groups")
+    if a.switch("group-query-attention"):
+        kv = groups or 1  # Megatron-LM's default: one group
+    else:
+        kv = None
+        if groups is not None:
+            notes.append("--num-query-groups without --group-query-attention: Megatron-LM "
+                         "ignores it (multi-head attention)")
+    return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
+            "seq_len": seq_len}
+
+
+def _ffn(a: _Args, hidden: int, notes: list[str]) -> dict[str, Any]:
     swiglu = a.switch("swiglu")
     squared_relu, quick_geglu = a.switch("squared-relu"), a.switch("quick-geglu")
     gated = swiglu or quick_geglu
@@ -210,22 +218,27 @@ def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
     if ffn is None:
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden
         notes.append(f"ffn = {ffn} (Megatron-LM's default{' for SwiGLU' if gated else ''})")
+    return {"ffn": ffn, "ffn_kind": "swiglu" if gated else "gelu"}
+
+
+def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
+    shape = _shape(a, notes)
+    max_pos = a.int("max-position-embeddings")
     position = _positions(a)
     norm = a.text("normalization") or "LayerNorm"
     if norm not in ("LayerNorm", "RMSNorm"):
         raise SpecError("expected LayerNorm or RMSNorm", file=a.label, key="--normalization",
                         value=norm)
     model: dict[str, Any] = {
-        "name": "megatron", "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
-        "ffn": ffn, "ffn_kind": "swiglu" if gated else "gelu",
-        "vocab": _vocab(a, tp, notes), "seq_len": seq_len, "norm": norm.lower(),
+        "name": "megatron", **shape, **_ffn(a, shape["hidden"], notes),
+        "vocab": _vocab(a, tp, notes), "norm": norm.lower(),
         "rope": position == "rope", "learned_positions": position == "learned_absolute",
         "bias": not a.switch("disable-bias-linear"),
         "tied_embeddings": not a.switch("untie-embeddings-and-output-weights"),
         "attention": _attention(a, notes), **_experts(a, notes)}
-    if position == "learned_absolute" and max_pos is not None and max_pos != seq_len:
-        notes.append(f"the learned position table is counted at --seq-length {seq_len} rows, "
-                     f"not --max-position-embeddings {max_pos}")
+    if position == "learned_absolute" and max_pos is not None and max_pos != shape["seq_len"]:
+        notes.append(f"the learned position table is counted at --seq-length {shape['seq_len']} "
+                     f"rows, not --max-position-embeddings {max_pos}")
     expert_ffn = a.int("moe-ffn-hidden-size")
     if model["experts"] and expert_ffn is not None:
         model["ffn"] = expert_ffn
@@ -380,59 +393,64 @@ def megatron_config(text: str, gpus: int | None = None, gpus_per_node: int | Non
     gpus, gpus_per_node = _world(a, launcher, gpus, gpus_per_node)
     notes: list[str] = []
     tp = a.int("tensor-model-parallel-size", "model-parallel-size") or 1
-    pp = a.int("pipeline-model-parallel-size") or 1
     model = _model(a, tp, notes)
     if label != SOURCE:
         model["name"] = Path(label).stem
-    layers = model["layers"]
-    if layers % pp:
-        raise SpecError(f"{layers} layers do not split evenly over {pp} pipeline stages "
-                        f"(Megatron-LM requires it)", file=label,
-                        key="--pipeline-model-parallel-size", value=pp)
-    virtual = _virtual_stages(a, layers // pp, pp)
-    if gpus is None:
-        raise SpecError("the arguments do not say how many GPUs run them: add --gpus N (the "
-                        "world size)", file=label)
-    if gpus % (tp * pp):
-        raise SpecError(f"--gpus {gpus} is not a multiple of tp·pp = {tp * pp}", file=label)
-    dp = gpus // (tp * pp)
+    parallel = _parallel(a, model, tp, gpus, notes)
+    training = _training(a, parallel["dp"], notes)
+    config: dict[str, Any] = {"model": model, "training": training, "parallel": parallel}
+    if gpus_per_node is not None:
+        config["cluster"] = {"gpus_per_node": gpus_per_node}
+    run = MegatronRun(config, notes, steps=_steps(a, training["global_batch"]))
+    _sort_rest(a, run, strict)
+    return run
+
+
+def _training(a: _Args, dp: int, notes: list[str]) -> dict[str, Any]:
     micro = a.int("micro-batch-size", "batch-size")
     if micro is None:
-        raise SpecError("missing: the micro-batch size", file=label, key="--micro-batch-size")
+        raise SpecError("missing: the micro-batch size", file=a.label, key="--micro-batch-size")
     global_batch = a.int("global-batch-size")
     if global_batch is None:
         global_batch = micro * dp
         notes.append(f"global batch = micro-batch · dp = {global_batch} (Megatron-LM's default)")
-    ep = a.int("expert-model-parallel-size") or 1
+    dtype = "bf16" if a.switch("bf16") else "fp16" if a.switch("fp16") else "fp32"
+    if dtype == "fp32":
+        notes.append("neither --bf16 nor --fp16: fp32 training")
+    return {"global_batch": global_batch, "micro_batch": micro, "dtype": dtype}
+
+
+def _parallel(a: _Args, model: dict[str, Any], tp: int, gpus: int | None,
+              notes: list[str]) -> dict[str, Any]:
+    pp = a.int("pipeline-model-parallel-size") or 1
+    layers = model["layers"]
+    if layers % pp:
+        raise SpecError(f"{layers} layers do not split evenly over {pp} pipeline stages "
+                        f"(Megatron-LM requires it)", file=a.label,
+                        key="--pipeline-model-parallel-size", value=pp)
+    virtual = _virtual_stages(a, layers // pp, pp)
+    if gpus is None:
+        raise SpecError("the arguments do not say how many GPUs run them: add --gpus N (the "
+                        "world size)", file=a.label)
+    if gpus % (tp * pp):
+        raise SpecError(f"--gpus {gpus} is not a multiple of tp·pp = {tp * pp}", file=a.label)
+    dp = gpus // (tp * pp)
     etp = a.int("expert-tensor-parallel-size")
     if etp is not None and etp != tp:
         raise a.refuse("expert-tensor-parallel-size", f"expert tensor parallelism {etp} other "
                                                       f"than the tensor-parallel size {tp} is "
                                                       f"not modelled")
-    sp = a.switch("sequence-parallel") and tp > 1
     if a.has("sequence-parallel") and tp == 1:
         notes.append("--sequence-parallel with tp 1: Megatron-LM turns it off")
     overlap = a.switch("overlap-grad-reduce")
-    parallel = {"dp": dp, "tp": tp, "pp": pp, "ep": ep, "virtual_stages": virtual,
-                "schedule": "interleaved" if virtual > 1 else "1f1b",
-                "sequence_parallel": sp, "zero": _zero(a, notes),
-                "recompute": _recompute(a, layers // (pp * virtual), notes),
-                "dp_overlap": overlap, "bucket_mb": _bucket_mb(a, model, dp, overlap, label)}
     if not overlap:
         notes.append("no --overlap-grad-reduce: gradients reduced in one bucket after the "
                      "backward")
-    dtype = "bf16" if a.switch("bf16") else "fp16" if a.switch("fp16") else "fp32"
-    if dtype == "fp32":
-        notes.append("neither --bf16 nor --fp16: fp32 training")
-    config: dict[str, Any] = {
-        "model": model,
-        "training": {"global_batch": global_batch, "micro_batch": micro, "dtype": dtype},
-        "parallel": parallel}
-    if gpus_per_node is not None:
-        config["cluster"] = {"gpus_per_node": gpus_per_node}
-    run = MegatronRun(config, notes, steps=_steps(a, global_batch))
-    _sort_rest(a, run, strict)
-    return run
+    return {"dp": dp, "tp": tp, "pp": pp, "ep": a.int("expert-model-parallel-size") or 1,
+            "virtual_stages": virtual, "schedule": "interleaved" if virtual > 1 else "1f1b",
+            "sequence_parallel": a.switch("sequence-parallel") and tp > 1,
+            "zero": _zero(a, notes), "recompute": _recompute(a, layers // (pp * virtual), notes),
+            "dp_overlap": overlap, "bucket_mb": _bucket_mb(a, model, dp, overlap, a.label)}
 
 
 def _virtual_stages(a: _Args, layers_per_stage: int, pp: int) -> int:
