@@ -334,7 +334,8 @@ def test_cli_bad_inputs_get_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({"model_type": "deepseek_v3", "kv_lora_rank": 512}))
     for args in (["estimate", str(bad)], ["estimate", "llama2-7b", "--set", "parallel.tpp=2"],
-                 ["estimate", "--megatron-args", "--num-layers 2 --foo 1", "--gpus", "8"]):
+                 ["estimate", "--megatron-args", "--num-layers 2 --foo 1", "--gpus", "8"],
+                 ["estimate", "llama2-7b", "--gpu-hour-price", "2"]):
         code, _, err = _cli(capsys, *args)
         assert code == 2 and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err

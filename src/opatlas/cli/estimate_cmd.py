@@ -57,7 +57,7 @@ def estimate(
     if do_search:
         if gpus is None:
             raise OpatlasError("--search needs --gpus N")
-        if er.wants_run(tokens, steps, input_steps):
+        if er.wants_run(tokens, steps, input_steps, gpu_hour_price):
             ranked, n, oom = er.search_runs(cfg, gpus, top, tokens, steps, gpu_hour_price,
                                             input_steps)
             er.print_search_runs(ranked, n, oom, as_json)
@@ -80,7 +80,7 @@ def estimate(
         return
     est = estimate_step(cfg)
     run = er.run_of(est, tokens, steps, gpu_hour_price, input_steps) \
-        if er.wants_run(tokens, steps, input_steps) else None
+        if er.wants_run(tokens, steps, input_steps, gpu_hour_price) else None
     if plot is not None:
         from opatlas.estimate.plot import plot_breakdown
 

@@ -37,8 +37,15 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
     return inputs.config, inputs.steps
 
 
-def wants_run(tokens: str | None, steps: int | None, input_steps: int | None) -> bool:
-    return tokens is not None or steps is not None or input_steps is not None
+def wants_run(tokens: str | None, steps: int | None, input_steps: int | None,
+              price: float | None) -> bool:
+    """Whether a whole run was asked for; a price without one is an error, not ignored."""
+    wanted = tokens is not None or steps is not None or input_steps is not None
+    if price is not None and not wanted:
+        from opatlas.errors import OpatlasError
+
+        raise OpatlasError("--gpu-hour-price prices a whole run: add --tokens or --steps")
+    return wanted
 
 
 def _budget(tokens: str | None, steps: int | None, input_steps: int | None
