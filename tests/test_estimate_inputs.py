@@ -62,6 +62,25 @@ def test_gpt2_family_defaults_give_gpt2_small_exactly():
     assert pm.total_params(ModelConfig(**f)) == 124_439_808  # GPT-2 small, as HF counts it
 
 
+def test_pythia_and_gemma_families_give_their_published_counts():
+    from opatlas.estimate.config import ModelConfig
+
+    pythia = {"model_type": "gpt_neox", "hidden_size": 768, "num_hidden_layers": 12,
+              "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50304,
+              "max_position_embeddings": 2048, "rotary_pct": 0.25, "tie_word_embeddings": False}
+    f = map_hf_config(pythia, "pythia-160m.json").fields
+    assert (f["ffn_kind"], f["norm"], f["bias"], f["rope"]) == ("gelu", "layernorm", True, True)
+    assert pm.total_params(ModelConfig(**f)) == 162_322_944  # EleutherAI's Pythia-160M
+    gemma = {"model_type": "gemma", "hidden_size": 2048, "num_hidden_layers": 18,
+             "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+             "intermediate_size": 16384, "vocab_size": 256000, "max_position_embeddings": 8192,
+             "hidden_act": "gelu"}
+    mapped = map_hf_config(gemma, "gemma-2b.json")
+    assert mapped.fields["tied_embeddings"] and mapped.fields["kv_heads"] == 1
+    assert any("timed as SwiGLU" in a for a in mapped.assumed)
+    assert pm.total_params(ModelConfig(**mapped.fields)) == pytest.approx(2.51e9, rel=0.002)
+
+
 def test_model_hf_in_a_yaml_with_explicit_fields_winning(tmp_path):
     hf = tmp_path / "ckpt" / "config.json"
     hf.parent.mkdir()

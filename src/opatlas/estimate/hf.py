@@ -54,6 +54,11 @@ FAMILIES: dict[str, Family] = {
                         moe="num_experts", expert_ffn="moe_intermediate_size"),
     "gpt2": Family(gated=False, norm="layernorm", rope=False, bias=True, tied_default=True,
                    aliases=_GPT2_NAMES, default_act="gelu_new", gqa=False),
+    "gpt_neox": Family(gated=False, norm="layernorm", rope=True, bias=True, tied_default=False,
+                       default_act="gelu", gqa=False),
+    "phi3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "gemma": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=True,
+                    default_act="gelu_pytorch_tanh"),
 }
 
 
