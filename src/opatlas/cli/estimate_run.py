@@ -26,12 +26,15 @@ PriceOpt = typer.Option(None, "--gpu-hour-price", min=0.0,
 
 
 def load(config: str | None, megatron_args: str | None, gpus: int | None,
-         gpus_per_node: int | None, sets: list[str] | None, search: bool) -> tuple[Any, int | None]:
-    """(the config, the run length the input asks for); notes go to stderr."""
+         gpus_per_node: int | None, sets: list[str] | None, search: bool,
+         strict: bool = False) -> tuple[Any, int | None]:
+    """(the config, the run length the input asks for); notes go to stderr. ``strict``:
+    Megatron flags that are not modelled are errors."""
     from opatlas.estimate.inputs import load_inputs
 
     inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
-                         gpus_per_node=gpus_per_node, sets=sets or (), search=search)
+                         gpus_per_node=gpus_per_node, sets=sets or (), search=search,
+                         strict=strict)
     for note in inputs.notes:
         typer.echo(f"note: {note}", err=True)
     return inputs.config, inputs.steps
