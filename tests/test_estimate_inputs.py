@@ -166,6 +166,11 @@ def test_old_and_new_recompute_spellings_agree_and_torchrun_gives_the_gpus():
                                + base + "--checkpoint-activations")
     assert launched.config["parallel"]["dp"] == 16
     assert launched.config["cluster"] == {"gpus_per_node": 8}
+    script = ("python -m torch.distributed.run --nproc_per_node 4 pretrain_gpt.py \\\n"
+              "    " + base.replace(" --", " \\\n    --") + "\\\n    --checkpoint-activations"
+              "  # a comment\n")
+    assert megatron_config(script).config == {**old.config, "cluster": {"gpus_per_node": 4},
+                                              "parallel": {**old.config["parallel"], "dp": 4}}
 
 
 @pytest.mark.parametrize(("flags", "key", "message"), [
