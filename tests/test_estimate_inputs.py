@@ -266,6 +266,10 @@ def test_set_overrides_are_validated_like_the_file():
     with pytest.raises(SpecError) as info:
         load_inputs("llama2-7b", sets=["parallel.tp=four"])
     assert (info.value.file, info.value.key) == ("--set", "parallel.tp")
+    with pytest.raises(SpecError, match=r"not divisible by tp 3 \(with --set parallel.tp=3\)") \
+            as info:
+        load_inputs("llama2-7b", sets=["parallel.tp=3"])
+    assert "'model'" not in str(info.value)  # one line, not the whole config echoed
 
 
 def test_presets_take_datasheet_figures_and_explicit_fields_win(tmp_path):

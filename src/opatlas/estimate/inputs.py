@@ -66,9 +66,7 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     try:
         cfg = validate_config(raw, path, notes)
     except SpecError as exc:
-        if exc.key is not None and exc.key in override_keys(sets):
-            raise SpecError(exc.detail, file=SET_SOURCE, key=exc.key, value=exc.value) from None
-        raise
+        raise _blame(exc, sets) from None
     if gpus is not None and not search and cfg.gpus != gpus:
         raise OpatlasError(f"--gpus {gpus} disagrees with the config's dp·tp·pp = "
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
@@ -90,3 +88,14 @@ def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],
             notes.append(f"parallel.dp = --gpus / (tp·pp) = {gpus // (tp * pp)} (tp {tp}, pp {pp}; "
                      f"--set parallel.tp=... to change, or --search)")
     return {**raw, "parallel": {**parallel, "dp": gpus // (tp * pp)}}
+
+
+def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
+    """Name --set when an override holds the bad value; a rule spanning keys (heads vs tp)
+    names the overrides in play rather than echoing the whole config."""
+    if exc.key is not None and exc.key in override_keys(sets):
+        return SpecError(exc.detail, file=SET_SOURCE, key=exc.key, value=exc.value)
+    if exc.key is None and isinstance(exc.value, dict):
+        given = f" (with --set {' --set '.join(sets)})" if sets else ""
+        return SpecError(exc.detail + given, file=exc.file)
+    return exc
