@@ -284,6 +284,9 @@ def test_presets_take_datasheet_figures_and_explicit_fields_win(tmp_path):
     assert nvl.config.cluster.gpus_per_node == 72
     assert get_device(nvl.config.cluster.device).peak("bf16") == 2.5e15
     assert get_device("B200").memory_bytes == 180e9
+    example = load_config(REPO / "examples" / "estimate" / "llama-3.1-8b-dgx-h100.yml")
+    assert (example.cluster.device, example.model.seq_len, example.model.ffn, example.gpus) == \
+        ("H100-SXM5-80GB", 8192, 14336, 64)
     y.write_text(y.read_text().replace("dgx-a100", "dgx-z9"))
     with pytest.raises(SpecError, match="unknown cluster preset"):
         load_config(y)
