@@ -224,6 +224,9 @@ def _ffn(a: _Args, hidden: int, notes: list[str]) -> dict[str, Any]:
 def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
     shape = _shape(a, notes)
     max_pos = a.int("max-position-embeddings")
+    if max_pos is not None and max_pos < shape["seq_len"]:
+        raise SpecError(f"shorter than --seq-length {shape['seq_len']} (Megatron-LM stops on it)",
+                        file=a.label, key="--max-position-embeddings", value=max_pos)
     position = _positions(a)
     norm = a.text("normalization") or "LayerNorm"
     if norm not in ("LayerNorm", "RMSNorm"):
