@@ -43,15 +43,8 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         if config is not None:
             raise OpatlasError("give either a config or --megatron-args, not both (use --set "
                                "for the cluster, e.g. --set cluster.preset=dgx-a100)")
-        from opatlas.estimate.megatron import megatron_config
-
-        run = megatron_config(megatron_args, gpus, gpus_per_node, strict)
-        path = Path(megatron_args[1:] if megatron_args.startswith("@") else "--megatron-args")
-        raw, steps = run.config, run.steps
-        notes.extend(run.report())
-        parallel = dict(raw["parallel"])
-        gpus = parallel["tp"] * parallel["pp"] * parallel.pop("dp")  # dp follows --set tp/pp
-        raw = {**raw, "parallel": parallel}
+        raw, path, steps, gpus = _from_megatron(megatron_args, gpus, gpus_per_node, strict,
+                                                notes)
     elif config is not None:
         raw, path = read_config(config)
     else:
@@ -72,6 +65,20 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
                            f" (use --search to choose a layout of {gpus} GPUs)")
     return Inputs(cfg, notes, steps)
+
+
+def _from_megatron(args: str, gpus: int | None, gpus_per_node: int | None, strict: bool,
+                   notes: list[str]) -> tuple[dict[str, Any], Path, int | None, int]:
+    """(raw config without dp, its label, the run's steps, the world size): dp is derived
+    again after --set, so that a what-if on tp or pp keeps the GPU count."""
+    from opatlas.estimate.megatron import megatron_config
+
+    run = megatron_config(args, gpus, gpus_per_node, strict)
+    notes.extend(run.report())
+    parallel = dict(run.config["parallel"])
+    world = parallel["tp"] * parallel["pp"] * parallel.pop("dp")
+    path = Path(args[1:] if args.startswith("@") else "--megatron-args")
+    return {**run.config, "parallel": parallel}, path, run.steps, world
 
 
 def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],
