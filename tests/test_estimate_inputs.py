@@ -297,6 +297,10 @@ def test_gpus_fill_dp_or_must_agree():
     assert (cfg.config.parallel.dp, cfg.config.parallel.tp) == (32, 2)
     with pytest.raises(OpatlasError, match="disagrees"):
         load_inputs("llama2-7b", gpus=3)
+    # a what-if on tp keeps the Megatron run's 1024 GPUs: dp follows
+    what_if = load_inputs(megatron_args=f"@{MEGATRON / 'gpt3-175b.args'}", gpus=1024,
+                          sets=["parallel.tp=4"]).config.parallel
+    assert (what_if.dp, what_if.tp, what_if.pp) == (32, 4, 8)
 
 
 # --- whole runs ---------------------------------------------------------------------------
