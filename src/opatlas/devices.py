@@ -53,8 +53,9 @@ DEVICES = {d.name: d for d in (
                               "fp8": 4500 * T}, 8.0e12, 126 * MiB, 180e9, 148,
            "NVIDIA HGX B200 / DGX B200 datasheets, per GPU (dense = half the 'with sparsity' "
            "Tensor Core figures: FP16/BF16 36 PF, TF32 18 PF, FP8 72 PF per 8 GPUs); HBM3e "
-           "1,440 GB and 64 TB/s per 8 GPUs; 148 SMs and 126 MB L2 as measured by Chips and "
-           "Cheese ('Nvidia's B200', 2025)", ("NVIDIAB200", "B200")),
+           "1,440 GB and 64 TB/s per 8 GPUs; 148 SMs (Chips and Cheese, 'Nvidia's B200: Keeping "
+           "the CUDA Juggernaut Rolling', 2025); 126 MB L2 (reported in the Blackwell memory-"
+           "hierarchy literature; not on NVIDIA's datasheets)", ("NVIDIAB200", "B200")),
     Device("GB200-186GB", {"fp16": 2500 * T, "bf16": 2500 * T, "tf32": 1250 * T,
                            "fp8": 5000 * T}, 8.0e12, 126 * MiB, 186e9, 148,
            "NVIDIA GB200 NVL72 datasheet, per GPU (dense = half the 'with sparsity' Tensor "
