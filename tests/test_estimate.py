@@ -174,3 +174,44 @@ def test_expert_parallelism_is_validated_and_searched():
     eps = {c.parallel.ep for c in candidates(load_config("mixtral-8x7b"), 64)}
     assert eps == {1, 2, 4, 8}
     assert {c.parallel.ep for c in candidates(load_config("llama2-7b"), 64)} == {1}
+
+
+@pytest.mark.parametrize("name", ["llama2-70b", "mixtral-8x7b", "llemma_7b_4_2_2_P"])
+@pytest.mark.parametrize("update", [{}, {"recompute": "full", "zero": 3},
+                                    {"recompute": "none", "zero": 0, "dp_overlap": False}])
+def test_items_add_up_to_the_step_and_its_breakdown(name, update):
+    cfg = load_config(name)
+    cfg = cfg.model_copy(update={"parallel": cfg.parallel.model_copy(update=update),
+                                 "ops": cfg.ops.model_copy(update={"mode": "analytical"}),
+                                 "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
+    e = estimate_step(cfg)
+    assert sum(it.time_s for it in e.items) == pytest.approx(e.step_time_s, rel=1e-12)
+    for cat, total in e.breakdown.items():
+        assert sum(it.time_s for it in e.items if it.category == cat) == pytest.approx(total)
+    assert all(it.calls > 0 and it.time_s >= 0 for it in e.items)
+    assert json.loads(json.dumps(e.as_json()))["items"][0]["pass"] == "fwd"
+
+
+def test_items_by_hand_for_a_two_stage_pipeline():
+    """llama2-70b, analytical: 80 layers over pp=2 (40 each); tp 8 all-reduces per layer: 2
+    forward, 2 backward, 2 more for the recomputed forward under full recompute; the first
+    device also all-reduces the embedding's output; one p2p per micro-batch on an end stage."""
+    cfg = load_config("llama2-70b")
+    par = cfg.parallel.model_copy(update={"tp": 8, "pp": 2, "dp": 4, "recompute": "full",
+                                          "schedule": "1f1b", "virtual_stages": 1})
+    cfg = cfg.model_copy(update={"parallel": par,
+                                 "ops": cfg.ops.model_copy(update={"mode": "analytical"}),
+                                 "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
+    e = estimate_step(cfg)
+    nmb = cfg.micro_batches
+    by = {(it.name, it.pass_): it for it in e.items if it.category != "dp_comm"}
+    slow_first = any(it.name == "embedding" for it in e.items)
+    assert by[("all_reduce", "comm")].calls == nmb * (40 * 6 + (1 if slow_first else 0))
+    assert by[("p2p", "comm")].calls == nmb
+    assert by[("linear1", "fwd")].calls == nmb * 40
+    assert by[("linear1", "recompute")].time_s == pytest.approx(by[("linear1", "fwd")].time_s)
+    assert by[("linear1", "fwd")].shape == {"mp": 8, "b": cfg.training.micro_batch, "h": 64,
+                                           "l": 4096, "dim": 8192, "kv_heads": 8}
+    # the bubble: (p−1)/m of the slowest stage's busy time
+    busy = sum(it.time_s for it in e.items if it.category in ("compute", "tp_comm", "p2p"))
+    assert by[("pipeline bubble", "bubble")].time_s == pytest.approx(busy / nmb)

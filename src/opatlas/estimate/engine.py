@@ -1,7 +1,8 @@
 """Compose op and collective times into the time of one optimizer step.
 
 Per micro-batch, the slowest pipeline device runs its layers forward and backward (backward
-includes the recomputed forward under full recomputation), the tensor-parallel collectives of
+includes the recomputed forward: the whole layer under full recomputation, the unfused
+attention core under selective), the tensor-parallel collectives of
 each layer, the expert-parallel all-to-alls of a MoE layer, the embedding (first device) or
 head and loss (last device), and the point-to-point sends to its neighbours. The schedule adds
 the bubble: m·t·(1 + (p−1)/(v·m)). Data-parallel gradient reduction (per ZeRO stage, in
@@ -26,6 +27,7 @@ from opatlas.devices import get_device
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured
 from opatlas.estimate.config import ModelConfig, TrainConfig
+from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
 from opatlas.estimate.optimes import DataTimes, RooflineTimes
 from opatlas.estimate.pipeline import Schedule, partition_layers
@@ -45,6 +47,7 @@ class Estimate:
     memory_limit_gib: float
     stages: list[int]
     notes: list[str] = field(default_factory=list)
+    items: list[StepItem] = field(default_factory=list)  # the step, row by row (items.py)
     equivalent: list[TrainConfig] = field(default_factory=list)  # same time and memory (search)
 
     @property
@@ -62,7 +65,8 @@ class Estimate:
                "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
                "memory_gib": self.memory_gib, "memory_limit_gib": self.memory_limit_gib,
                "memory_breakdown_gib": {k: v / GiB for k, v in vars(self.memory).items()},
-               "fits": self.fits, "layers_per_stage": self.stages, "notes": self.notes}
+               "fits": self.fits, "layers_per_stage": self.stages, "notes": self.notes,
+               "items": [it.as_json() for it in self.items]}
         if self.equivalent:
             out["equivalent"] = [layout_json(c) for c in self.equivalent]
         return out
@@ -90,6 +94,15 @@ def attention_ops(m: ModelConfig) -> list[tuple[str, dict[str, Any], int]]:
     return [(op, {}, 1) for op in UNFUSED_ATTENTION]
 
 
+def _recomputed(c: TrainConfig, op: str) -> bool:
+    """Whether a layer op's forward runs again in the backward: every op under full
+    recomputation; under selective recomputation the attention core whose a·s² scores were
+    not kept (Korthikanti et al. 2022, section 5): the unfused baddbmm, softmax and bmm. A
+    flash kernel keeps no scores, and recomputes its own tiles inside its backward."""
+    rec = c.parallel.recompute
+    return rec == "full" or (rec == "selective" and op in UNFUSED_ATTENTION)
+
+
 def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     """(op, extra shape parameters, count) of one transformer layer."""
     m = cfg.model
@@ -110,18 +123,37 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     return ops
 
 
-def _shapes(cfgs: list[TrainConfig], extra: dict[str, Any], seq_split: bool) -> pd.DataFrame:
+def _shapes(cfgs: list[TrainConfig], extra: dict[str, Any],
+            seq_split: bool) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     rows = []
     for c in cfgs:
         m, p = c.model, c.parallel
         seq = m.seq_len // p.tp if (seq_split and p.sequence_parallel) else m.seq_len
         rows.append({"mp": p.tp, "b": c.training.micro_batch, "h": m.heads, "l": seq,
                      "dim": m.hidden, **extra})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), rows
 
 
-def _times(fn: Any, op: str, shapes: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    return fn(op, shapes, "fwd"), fn(op, shapes, "bwd")
+def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:
+    """Per config, every op of a layer, of the embedding and of the head, timed in one batch
+    per op for all configs."""
+    m = cfgs[0].model
+    norm = "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm"
+    plan = [("layer", op, extra, count, op in ("RMSlayernorm", "layernorm", "res_add"))
+            for op, extra, count in _layer_ops(cfgs[0])]
+    plan += [("embedding", "embedding", {"vocab": m.vocab}, 1, False),
+             ("head", norm, {}, 1, True),
+             ("head", "linear_final", {"vocab": m.vocab}, 1, False),
+             ("head", "parallel_cross_entropy_128", {"vocab": m.vocab}, 1, False)]
+    terms: list[list[OpTerm]] = [[] for _ in cfgs]
+    for where, op, extra, count, seq_split in plan:
+        frame, rows = _shapes(cfgs, extra, seq_split)
+        f, b = fn(op, frame, "fwd"), fn(op, frame, "bwd")
+        for i, c in enumerate(cfgs):
+            recomputed = where == "layer" and _recomputed(c, op)
+            terms[i].append(OpTerm(op, where, count, float(f[i]), float(b[i]), rows[i],
+                                   recomputed))
+    return terms
 
 
 def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
@@ -135,40 +167,13 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     else:
         fn = RooflineTimes(device, dtype, base.ops.compute_efficiency, base.ops.memory_efficiency)
     comm = _comm_model(base)
-    layer_f, layer_b = np.zeros(len(cfgs)), np.zeros(len(cfgs))
-    core_f = np.zeros(len(cfgs))  # the unfused attention core's forward, which selective redoes
-    for op, extra, count in _layer_ops(base):
-        seq_split = op in ("RMSlayernorm", "layernorm", "res_add")
-        f, b = _times(fn, op, _shapes(cfgs, extra, seq_split))
-        layer_f += count * f
-        layer_b += count * b
-        if op in UNFUSED_ATTENTION:
-            core_f += count * f
-    m = base.model
-    emb_f, emb_b = _times(fn, "embedding", _shapes(cfgs, {"vocab": m.vocab}, False))
-    head = [_times(fn, "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm",
-                   _shapes(cfgs, {}, True)),
-            _times(fn, "linear_final", _shapes(cfgs, {"vocab": m.vocab}, False)),
-            _times(fn, "parallel_cross_entropy_128", _shapes(cfgs, {"vocab": m.vocab}, False))]
-    head_f, head_b = sum(h[0] for h in head), sum(h[1] for h in head)
+    terms = _op_terms(fn, cfgs)
     devs = [_device_params(c) for c in cfgs]
     opt = _optimizer_times(fn, cfgs, devs)
     notes = [f"op {x} has no measured data; roofline used" for x in
              sorted(getattr(fn, "fallbacks", set()))]
-    return [_assemble(c, devs[i], device, comm, layer_f[i], layer_b[i], emb_f[i], emb_b[i],
-                      head_f[i], head_b[i], float(opt[i]), notes,
-                      recompute_f=_recomputed(c, layer_f[i], core_f[i]))
+    return [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes)
             for i, c in enumerate(cfgs)]
-
-
-def _recomputed(c: TrainConfig, layer_f: float, core_f: float) -> float:
-    """Forward time one layer runs again in its backward: all of it under full
-    recomputation; under selective recomputation the attention core whose a·s² scores it did
-    not keep (Korthikanti et al. 2022, section 5): the unfused baddbmm, softmax and bmm; a
-    flash kernel keeps no scores, and recomputes its own tiles inside its backward."""
-    if c.parallel.recompute == "full":
-        return layer_f
-    return core_f if c.parallel.recompute == "selective" else 0.0
 
 
 def estimate_step(cfg: TrainConfig) -> Estimate:
@@ -209,7 +214,7 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
 
 
 def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
-                     devs: list[tuple[float, list[int], float]]) -> np.ndarray:
+                     devs: list[tuple[float, list[int], float]]) -> list[tuple[float, float]]:
     """The optimizer step of the busiest device: ZeRO ≥ 1 shards the dense parameters' states
     over dp ranks and the experts' over the dp/ep ranks that hold the same experts."""
     def shard(c: TrainConfig, ranks: int) -> int:
@@ -221,9 +226,10 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
     shapes = pd.DataFrame({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
                            "encoders": 0})
     try:
-        return fn("middleStage_optimizer", shapes, "step")
+        times = fn("middleStage_optimizer", shapes, "step")
     except Exception:
-        return RooflineTimes.__call__(fn, "adam_step", shapes, "step")
+        times = RooflineTimes.__call__(fn, "adam_step", shapes, "step")
+    return [(float(s), float(n)) for s, n in zip(times, shapes["n_params"], strict=True)]
 
 
 def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
@@ -261,79 +267,113 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, grads: float, ranks: int, stride: 
     return coll("reduce_scatter"), 2 * nmb * coll("all_gather"), buckets
 
 
-def _p2p(comm: AlphaBeta, c: TrainConfig, act: float) -> float:
-    """One activation (or its gradient) to the neighbouring pipeline stage. Megatron-LM's
-    scatter/gather (Narayanan et al. 2021, section 4.1): each of the tp ranks sends its 1/tp
-    over its own link, and without sequence parallelism (where the activation is already
-    split) the receiving ranks all-gather the pieces over the intra-node link. Per
-    micro-batch each neighbour exchange is one activation one way and one gradient the other,
-    over full-duplex links: one transfer time."""
-    p, gpn = c.parallel, c.cluster.gpus_per_node
-    if p.pp == 1:
-        return 0.0
-    piece = _coll(comm, "p2p", act / p.tp, 2, p.tp * p.dp, gpn)
-    return piece + (0.0 if p.sequence_parallel else _coll(comm, "all_gather", act, p.tp, 1, gpn))
-
-
 def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
-    """All-to-all time per MoE layer, forward and backward: dispatch and combine of each
-    token's top-k copies over the ep ranks (spaced tp apart), twice more in the backward, and
-    again for the recomputed forward under full recomputation."""
+    """(bytes, seconds) of one expert-parallel all-to-all: the dispatch or the combine of each
+    token's top-k copies over the ep ranks (spaced tp apart). A MoE layer runs two forward, two
+    backward, and two more for the recomputed forward under full recomputation."""
     m, p = c.model, c.parallel  # ep = 1: _coll is 0 for a group of one rank
     tokens = c.training.micro_batch * m.seq_len / (p.tp if p.sequence_parallel else 1)
-    a2a = _coll(comm, "all_to_all", 2.0 * tokens * m.top_k * m.hidden, p.ep, p.tp,
-                c.cluster.gpus_per_node)
-    return 2 * a2a, 2 * a2a + (2 * a2a if p.recompute == "full" else 0.0)
+    nbytes = 2.0 * tokens * m.top_k * m.hidden
+    return nbytes, _coll(comm, "all_to_all", nbytes, p.ep, p.tp, c.cluster.gpus_per_node)
 
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
-              lf: float, lb: float, ef: float, eb: float, hf: float, hb: float, opt: float,
-              notes: list[str], recompute_f: float = 0.0) -> Estimate:
+              terms: list[OpTerm], opt: tuple[float, float], notes: list[str]) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
-    mb, nmb = c.training.micro_batch, c.micro_batches
-    act = 2.0 * mb * m.seq_len * m.hidden  # one layer's activations, 16-bit
+    nmb = c.micro_batches
+    act = 2.0 * c.training.micro_batch * m.seq_len * m.hidden  # one layer's activations, 16-bit
+    per_layer_comm = 4 + (2 if p.recompute == "full" else 0)  # fwd 2, bwd 2, recomputed fwd 2
     ar = _coll(comm, "all_reduce", act, p.tp, 1, gpn)
-    tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if p.recompute == "full" else 0.0)
-    p2p = _p2p(comm, c, act)
-    params_dev, per_device, experts_dev = dev
-    ep_f, ep_b = _ep_comm(comm, c)
+    # Megatron-LM's scatter/gather (Narayanan et al. 2021, section 4.1): each of the tp ranks
+    # sends its 1/tp of the activation over its own link; without sequence parallelism (where
+    # the activation is already split) the receiving ranks all-gather the pieces in the node
+    p2p_bytes = act / p.tp
+    p2p = _coll(comm, "p2p", p2p_bytes, 2, p.tp * p.dp, gpn) if p.pp > 1 else 0.0
+    gather = _coll(comm, "all_gather", act, p.tp, 1, gpn) \
+        if p.pp > 1 and not p.sequence_parallel else 0.0
     chunks = p.virtual_stages if p.schedule == "interleaved" else 1
-    stage_times = []
-    for d, layers in enumerate(per_device):
-        comp = layers * (lf + lb + recompute_f) + (ef + eb if d == 0 else 0.0) + \
-            (hf + hb if d == p.pp - 1 else 0.0)
-        # the embedding's forward all-reduce (vocab-parallel lookup) and the head's backward
-        # one (its column-parallel projection's input gradient)
-        tpc = layers * (tp_f + tp_b) + ar * ((d == 0) + (d == p.pp - 1))
-        epc = layers * (ep_f + ep_b)
-        # chunk boundaries this device receives across and sends across, per micro-batch
-        sends = p2p * (chunks - (d == 0) + chunks - (d == p.pp - 1)) if p.pp > 1 else 0.0
-        stage_times.append((comp + tpc + epc + sends, comp, tpc, epc, sends))
-    t, comp, tpc, epc, sends = max(stage_times)
+    a2a_bytes, a2a = _ep_comm(comm, c)
+    params_dev, per_device, experts_dev = dev
+
+    def per_call(where: str, attr: str, recomputed_only: bool = False) -> float:
+        return sum(t.count * getattr(t, attr) for t in terms
+                   if t.where == where and (t.recomputed or not recomputed_only))
+
+    lf, lb, rf = per_call("layer", "fwd_s"), per_call("layer", "bwd_s"), \
+        per_call("layer", "fwd_s", True)
+    first = per_call("embedding", "fwd_s") + per_call("embedding", "bwd_s")
+    last = per_call("head", "fwd_s") + per_call("head", "bwd_s")
+
+    def tp_calls(d: int) -> int:
+        """The layers' all-reduces, the embedding's output one on the first device (its
+        vocab-parallel lookup) and the head's input-gradient one on the last (its
+        column-parallel projection's backward)."""
+        return per_device[d] * per_layer_comm + (d == 0) + (d == p.pp - 1)
+
+    def sends(d: int) -> int:
+        """Per micro-batch, the chunk boundaries this device receives and sends across: one
+        neighbour exchange each (an activation one way, its gradient the other, over
+        full-duplex links), v per side under the interleaved schedule."""
+        return 0 if p.pp == 1 else chunks - (d == 0) + chunks - (d == p.pp - 1)
+
+    stage_times = [layers * (lf + lb + rf) + (first if d == 0 else 0.0)
+                   + (last if d == p.pp - 1 else 0.0) + ar * tp_calls(d)
+                   + a2a * layers * per_layer_comm + (p2p + gather) * sends(d)
+                   for d, layers in enumerate(per_device)]
+    slow = int(np.argmax(stage_times))
+    t, layers = stage_times[slow], per_device[slow]
+    items = op_items(terms, layers, nmb, slow == 0, slow == p.pp - 1)
+    items += comm_item("all_reduce", "tp_comm", nmb * tp_calls(slow), ar,
+                       {"bytes": act, "ranks": p.tp})
+    items += comm_item("all_to_all", "ep_comm", nmb * layers * per_layer_comm, a2a,
+                       {"bytes": a2a_bytes, "ranks": p.ep})
+    items += comm_item("p2p", "p2p", nmb * sends(slow), p2p, {"bytes": p2p_bytes, "ranks": 2})
+    items += comm_item("all_gather", "p2p", nmb * sends(slow), gather,
+                       {"bytes": act, "ranks": p.tp, "role": "pipeline scatter/gather"})
     sched = Schedule(p.schedule, p.pp, nmb, p.virtual_stages if p.schedule == "interleaved" else 1)
     bubble = nmb * t * sched.bubble_fraction()
-    # gradient bytes per data-parallel group (ranks, stride): the dense ones over all dp ranks,
-    # the experts' over the dp/ep ranks holding them (the same group when ep = 1)
+    if bubble > 0:
+        items.append(StepItem("pipeline bubble", "bubble", "pp_bubble", 1.0, bubble,
+                              {"schedule": p.schedule, "stages": p.pp, "micro_batches": nmb,
+                               "virtual_stages": sched.v}))
+    items += _dp_items(comm, c, params_dev, experts_dev, nmb, per_device[-1] * (lb + rf),
+                       nmb * (t - ar * tp_calls(slow)))
+    opt_s, opt_params = opt
+    items.append(StepItem("optimizer", "step", "optimizer", 1.0, opt_s,
+                          {"n_params": opt_params}))
+    breakdown = breakdown_of(items)
+    step = sum(breakdown.values())
+    tokens = c.training.global_batch * m.seq_len
+    mfu = pm.model_flops_per_token(m) * tokens / (step * c.gpus * device.peak(c.training.dtype))
+    mem = _memory(c, params_dev, experts_dev, per_device, sched)
+    limit = (device.memory_bytes - RESERVED_BYTES) / GiB
+    return Estimate(c, step, breakdown, tokens / step, mfu, mem, limit, per_device, list(notes),
+                    items)
+
+
+def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: float, nmb: int,
+              backward_window: float, compute_window: float) -> list[StepItem]:
+    """The exposed data-parallel traffic: gradient bytes per data-parallel group (ranks,
+    stride), the dense ones over all dp ranks, the experts' over the dp/ep ranks holding them
+    (the same group when ep = 1). With overlap, the gradient reduction hides behind the last
+    micro-batch's backward (``backward_window``) but for its last bucket, and ZeRO-3's
+    parameter gathers behind the step's compute (``compute_window``)."""
+    p = c.parallel
     groups = {(p.dp, p.tp): 2.0 * (params_dev - experts_dev)}
     key = (p.dp // p.ep, p.tp * p.ep)
     groups[key] = groups.get(key, 0.0) + 2.0 * experts_dev
     parts = [_dp_comm(comm, c, g, ranks, stride, nmb) for (ranks, stride), g in groups.items()]
     grad_comm, param_comm, buckets = (sum(x) for x in zip(*parts, strict=True))
     if p.dp_overlap and p.dp > 1:
-        window = per_device[-1] * (lb + recompute_f)  # the last micro-batch's backward
-        grad_comm = max(grad_comm - window, grad_comm / buckets)
+        grad_comm = max(grad_comm - backward_window, grad_comm / buckets)
         if p.zero == 3:
-            param_comm = max(0.0, param_comm - nmb * (t - tpc))
-    dp_comm = grad_comm + param_comm
-    breakdown = {"compute": float(nmb * comp), "tp_comm": float(nmb * tpc),
-                 "ep_comm": float(nmb * epc), "pp_bubble": float(bubble),
-                 "p2p": float(nmb * sends), "dp_comm": float(dp_comm), "optimizer": opt}
-    step = sum(breakdown.values())
-    tokens = c.training.global_batch * m.seq_len
-    mfu = pm.model_flops_per_token(m) * tokens / (step * c.gpus * device.peak(c.training.dtype))
-    mem = _memory(c, params_dev, experts_dev, per_device, sched)
-    limit = (device.memory_bytes - RESERVED_BYTES) / GiB
-    return Estimate(c, step, breakdown, tokens / step, mfu, mem, limit, per_device, list(notes))
+            param_comm = max(0.0, param_comm - compute_window)
+    grads = sum(groups.values())
+    gathers = buckets * (2 * nmb if p.zero == 3 else 1)
+    return (comm_item("all_reduce" if p.zero <= 1 else "reduce_scatter", "dp_comm", buckets,
+                      grad_comm / buckets, {"bytes": grads, "ranks": p.dp, "role": "gradients"})
+            + comm_item("all_gather", "dp_comm", gathers, param_comm / gathers,
+                        {"bytes": grads, "ranks": p.dp, "role": "parameters"}))
 
 
 def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: list[int],

@@ -1,0 +1,72 @@
+"""Where an analysis comes from. Each source kind registers how to recognise its input and how
+to read it into an :class:`~opatlas.analyze.model.Analysis`; ``opatlas analyze`` auto-detects
+the kind from the path (``--kind`` overrides). Readers raise OpatlasError with one paragraph
+naming the file and what is missing."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opatlas.analyze.model import Analysis
+from opatlas.errors import OpatlasError
+
+# modules that register kinds, imported on first use (each calls register() at import)
+_MODULES: list[str] = []
+
+
+@dataclass
+class ReadOptions:
+    """What the command line can pass to any reader; a reader ignores what it does not use."""
+
+    measured: Path | None = None  # a results store whose measurements replace predictions
+    models: Path | None = None  # fitted models to predict with
+    strict: bool = False  # a fallback is an error instead of a warning
+    extra: dict[str, Any] = field(default_factory=dict)  # kind-specific (e.g. netlist, dir)
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    name: str
+    detect: Callable[[Path], bool]  # cheap: looks at the name and at most the first bytes
+    read: Callable[[Path, ReadOptions], Analysis]
+    help: str
+
+
+_KINDS: dict[str, SourceKind] = {}
+
+
+def register(kind: SourceKind) -> SourceKind:
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def kinds() -> dict[str, SourceKind]:
+    for mod in _MODULES:
+        importlib.import_module(mod)
+    return dict(_KINDS)
+
+
+def detect(path: Path) -> SourceKind:
+    found = [k for k in kinds().values() if k.detect(path)]
+    if not found:
+        known = ", ".join(f"{k.name} ({k.help})" for k in kinds().values())
+        raise OpatlasError(f"{path}: cannot tell what this is. opatlas analyze reads: {known}. "
+                           f"Name the kind with --kind if the file is one of them.")
+    return found[0]
+
+
+def read(path: str | Path, kind: str | None = None,
+         options: ReadOptions | None = None) -> Analysis:
+    """The analysis of ``path`` (a file, a folder or a bundled config name)."""
+    path = Path(path)
+    if kind is None:
+        k = detect(path)
+    elif kind in kinds():
+        k = kinds()[kind]
+    else:
+        raise OpatlasError(f"unknown --kind {kind!r}; known: {', '.join(kinds())}")
+    return k.read(path, options or ReadOptions())
