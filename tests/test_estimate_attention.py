@@ -49,6 +49,9 @@ def test_selective_recomputation_redoes_the_core_forward_only():
     core_f = sum(_op(op, "fwd") for op in CORE)
     assert sel.breakdown["compute"] - none.breakdown["compute"] == \
         pytest.approx(NMB * LAYERS * core_f, rel=1e-9)
+    # the itemised step shows the core's ops, and recompute rows for exactly them
+    assert {it.name for it in sel.items if it.pass_ == "recompute"} == set(CORE)
+    assert {it.name for it in none.items if it.pass_ == "fwd"} >= set(CORE)
     # flash attention keeps no scores: selective recomputes nothing
     f_none, f_sel = (estimate_step(_cfg("flash", r)) for r in ("none", "selective"))
     assert f_sel.step_time_s == f_none.step_time_s
