@@ -96,3 +96,19 @@ def test_search_shows_equal_layouts_once():
     js = first.as_json()["equivalent"]
     assert js[0]["recompute"] == twin.parallel.recompute
     assert sum(1 + len(e.equivalent) for e in best) <= n
+
+
+def test_attention_dropout_is_a_memory_roofline_over_the_scores():
+    """Dropout 0.1 on the probabilities: b·(a/t)·s² elements, 2 + 2 + 1 bytes each way (fp16
+    in and out, a one-byte mask), at A100 bandwidth × the ops' memory efficiency (0.8);
+    redone by selective recomputation with the rest of the core."""
+    d = _cfg("unfused", "selective").model_dump()
+    d["model"]["attention_dropout"] = 0.1
+    with_drop = estimate_step(TrainConfig.model_validate(d))
+    plain = estimate_step(_cfg("unfused", "selective"))
+    one = 1 * (A // T) * S * S * 5 / (get_device("A100").bandwidth * 0.8)
+    rows = {it.pass_: it for it in with_drop.items if it.name == "attention_dropout"}
+    assert set(rows) == {"fwd", "bwd", "recompute"}
+    assert rows["fwd"].time_per_call_s == pytest.approx(one)
+    assert with_drop.breakdown["compute"] - plain.breakdown["compute"] == \
+        pytest.approx(NMB * LAYERS * 3 * one)

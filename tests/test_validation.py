@@ -46,7 +46,7 @@ def test_every_run_has_a_config_with_the_stated_assumptions():
 
 
 # signed errors measured with benchmarks/validate_megatron.py (see benchmarks/RESULTS.md)
-EXPECTED = {"gpt-1.7b": -0.1794, "gpt-18b": 0.0098, "gpt-145b": -0.1191}
+EXPECTED = {"gpt-1.7b": -0.1036, "gpt-18b": 0.0413, "gpt-145b": -0.1006}
 
 
 @pytest.mark.slow  # loads the bundled A100 op models (about a minute when not yet cached)
@@ -55,4 +55,4 @@ def test_error_on_measured_runs_is_pinned(name):
     (run,) = VAL.validate([name])
     assert not [n for n in run.breakdown if run.breakdown[n] < 0]
     assert run.error == pytest.approx(EXPECTED[name], abs=0.002)
-    assert abs(run.error) <= 0.20
+    assert abs(run.error) <= 0.15

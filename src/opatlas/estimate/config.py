@@ -37,6 +37,10 @@ class ModelConfig(_Strict):
     attention: Literal["flash", "unfused"] = Field(
         default="flash", description="flash: one fused kernel; unfused: baddbmm, masked softmax "
                                      "and bmm as Megatron-LM ran attention before FlashAttention")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="dropout on the attention probabilities; unfused "
+                                             "attention then runs one more kernel over the "
+                                             "a·s² scores (Megatron-LM's default is 0.1)")
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -82,6 +82,7 @@ def layout_json(c: TrainConfig) -> dict[str, Any]:
 
 
 UNFUSED_ATTENTION = ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm")
+DROPOUT = "attention_dropout"  # no op data: timed by the memory roofline (_dropout_times)
 
 
 def attention_ops(m: ModelConfig) -> list[tuple[str, dict[str, Any], int]]:
@@ -100,7 +101,7 @@ def _recomputed(c: TrainConfig, op: str) -> bool:
     not kept (Korthikanti et al. 2022, section 5): the unfused baddbmm, softmax and bmm. A
     flash kernel keeps no scores, and recomputes its own tiles inside its backward."""
     rec = c.parallel.recompute
-    return rec == "full" or (rec == "selective" and op in UNFUSED_ATTENTION)
+    return rec == "full" or (rec == "selective" and op in (*UNFUSED_ATTENTION, DROPOUT))
 
 
 def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
@@ -153,7 +154,25 @@ def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:
             recomputed = where == "layer" and _recomputed(c, op)
             terms[i].append(OpTerm(op, where, count, float(f[i]), float(b[i]), rows[i],
                                    recomputed))
+    if m.attention == "unfused" and m.attention_dropout > 0:
+        frame, rows = _shapes(cfgs, {}, False)
+        seconds = _dropout_times(fn, frame)
+        after = 1 + [t.op for t in terms[0]].index("ScaledUpperTriangMaskedSoftmax")
+        for i, c in enumerate(cfgs):  # between the softmax and the bmm, as the layer runs it
+            terms[i].insert(after, OpTerm(DROPOUT, "layer", 1, float(seconds[i]),
+                                          float(seconds[i]), rows[i], _recomputed(c, DROPOUT)))
     return terms
+
+
+def _dropout_times(fn: Any, shapes: pd.DataFrame) -> np.ndarray:
+    """Seconds of the attention dropout, forward or backward (the same traffic), on one
+    shard's b·(h/tp)·l² probabilities: the forward reads them and writes the result and a
+    one-byte mask, the backward reads the gradient and the mask and writes the result. A
+    memory-bound elementwise kernel, timed by the memory roofline at the ops' memory
+    efficiency: the bundled data has no dropout samples."""
+    elems = shapes["b"] * (shapes["h"] // shapes["mp"]) * shapes["l"].astype(float) ** 2
+    width = 4.0 if fn.dtype == "fp32" else 2.0
+    return (elems * (2 * width + 1) / (fn.device.bandwidth * fn.me)).to_numpy(float)
 
 
 def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
@@ -172,6 +191,8 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     opt = _optimizer_times(fn, cfgs, devs)
     notes = [f"op {x} has no measured data; roofline used" for x in
              sorted(getattr(fn, "fallbacks", set()))]
+    if base.ops.mode == "data" and any(t.op == DROPOUT for t in terms[0]):
+        notes.append(f"op {DROPOUT} is not in the op data; memory roofline used")
     return [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes)
             for i, c in enumerate(cfgs)]
 
