@@ -53,6 +53,10 @@ EXPECTED = {"gpt-1.7b": -0.1036, "gpt-18b": 0.0413, "gpt-145b": -0.1006}
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_error_on_measured_runs_is_pinned(name):
     (run,) = VAL.validate([name])
+    from opatlas.estimate import estimate_step
+
+    notes = estimate_step(load_config(VAL.FOLDER / f"{name}.yml")).notes
+    assert not [n for n in notes if "no measured data" in n], notes  # every op from data
     assert not [n for n in run.breakdown if run.breakdown[n] < 0]
     assert run.error == pytest.approx(EXPECTED[name], abs=0.002)
     assert abs(run.error) <= 0.15

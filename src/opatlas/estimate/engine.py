@@ -192,7 +192,8 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     notes = [f"op {x} has no measured data; roofline used" for x in
              sorted(getattr(fn, "fallbacks", set()))]
     if base.ops.mode == "data" and any(t.op == DROPOUT for t in terms[0]):
-        notes.append(f"op {DROPOUT} is not in the op data; memory roofline used")
+        notes.append(f"{DROPOUT}: no op data has it; timed as its memory traffic at the "
+                     f"device's bandwidth × ops.memory_efficiency")
     return [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes)
             for i, c in enumerate(cfgs)]
 
