@@ -199,7 +199,7 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
 
 @app.command("figures")
 def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures and data.")) -> None:
-    """Every single-Einsum figure of the artifact (Fig. 1, 10, 11, 12, 13, 14, 24a), with data.
+    """Every single-Einsum figure of the artifact (Fig. 1, 10, 11, 12, 13, 14, 24a, 24b), with data.
 
     Example:
 
