@@ -169,3 +169,11 @@ def test_simba_description_has_a_source_for_every_number():
         if lv.bits:
             assert "bits" in lv.sources
     assert SIMBA.level("GlobalBuffer").keeps == ["Inputs", "Outputs"]
+
+
+def test_min_utilization_keeps_only_busy_arrays():
+    sweep = sweep_buffer_sizes(GEMM4K, SIMBA, sizes_bytes=[65536], mappings=100,
+                               min_utilization=0.5)
+    pts = sweep.points
+    assert len(pts) == 100 and (pts["macs_used"] >= 512).all()
+    assert (pts["compute_cycles"] == -(-GEMM4K.macs // pts["macs_used"])).all()

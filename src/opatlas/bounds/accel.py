@@ -191,11 +191,17 @@ def level_bytes(nest: Nest, level: int, factors: np.ndarray) -> np.ndarray:
     return bits / 8
 
 
-def valid_mask(nest: Nest, factors: np.ndarray) -> np.ndarray:
+def valid_mask(nest: Nest, factors: np.ndarray, min_utilization: float = 0.0) -> np.ndarray:
+    """Mappings whose fan-outs and capacities hold (and that busy enough of the MACs)."""
     ok = np.ones(len(factors), dtype=bool)
+    used = np.ones(len(factors), dtype=np.int64)
     for s, slot in enumerate(nest.slots):
         if slot.spatial:
-            ok &= np.prod(factors[:, s, :], axis=1) <= slot.fanout
+            per_slot = np.prod(factors[:, s, :], axis=1)
+            ok &= per_slot <= slot.fanout
+            used *= per_slot
+    if min_utilization > 0:
+        ok &= used >= min_utilization * nest.arch.macs
     for i, lv in enumerate(nest.arch.levels):
         if i > 0 and lv.kind == "memory":
             ok &= level_bytes(nest, i, factors) <= lv.size_bytes
@@ -205,11 +211,20 @@ def valid_mask(nest: Nest, factors: np.ndarray) -> np.ndarray:
 # -- sampling ----------------------------------------------------------------------------------
 
 def sample_factors(nest: Nest, n: int, rng: np.random.Generator,
-                   alpha: float = 0.4) -> np.ndarray:
-    """``n`` random splits of every rank over the slots (n, n_slots, n_ranks)."""
+                   alpha: float = 0.4, spatial_boost: float = 8.0) -> np.ndarray:
+    """``n`` random splits of every rank over the slots (n, n_slots, n_ranks).
+
+    Per mapping, Dirichlet weights over the slots (half the mappings weigh the spatial slots
+    ``spatial_boost`` times more, so that busy arrays are drawn too); every prime factor of
+    every rank goes to a slot drawn with those weights. Factors beyond a fan-out move to the
+    DRAM loops, which never makes an on-chip tile larger.
+    """
     S, R = len(nest.slots), len(nest.ranks)
     factors = np.ones((n, S, R), dtype=np.int64)
     weights = rng.dirichlet(np.full(S, alpha), size=n)
+    spatial = np.array([x.spatial for x in nest.slots])
+    boost = np.where(rng.random(n) < 0.5, spatial_boost, 1.0)
+    weights[:, spatial] *= boost[:, None]
     rows = np.arange(n)
     for k, primes in enumerate(nest.primes):
         w = weights * nest.allowed[:, k]
@@ -218,7 +233,27 @@ def sample_factors(nest: Nest, n: int, rng: np.random.Generator,
             u = rng.random(n)[:, None]
             slot = np.minimum((cdf < u).sum(axis=1), S - 1)
             factors[rows, slot, k] *= p
+    _fit_fanouts(nest, factors)
     return factors
+
+
+def _fit_fanouts(nest: Nest, factors: np.ndarray) -> None:
+    """Move prime factors out of over-full spatial slots into the DRAM loops (in place)."""
+    primes = sorted({p for ps in nest.primes for p in ps})
+    for s, slot in enumerate(nest.slots):
+        if not slot.spatial:
+            continue
+        while True:
+            over = np.flatnonzero(np.prod(factors[:, s, :], axis=1) > slot.fanout)
+            if not len(over):
+                break
+            k = np.argmax(factors[over, s, :], axis=1)
+            value = factors[over, s, k]
+            p = np.zeros(len(over), dtype=np.int64)
+            for q in primes:
+                p = np.where((p == 0) & (value % q == 0), q, p)
+            factors[over, s, k] //= p
+            factors[over, 0, k] *= p
 
 
 def sample_orders(nest: Nest, n: int, rng: np.random.Generator) -> dict[int, np.ndarray]:
@@ -276,7 +311,8 @@ class MappingSet:
 
 
 def sample_mappings(einsum: Einsum, arch: Arch, n: int = 2000, *, seed: int = 0,
-                    batch: int = 20000, max_candidates: int | None = None) -> MappingSet:
+                    batch: int = 20000, max_candidates: int | None = None,
+                    min_utilization: float = 0.0) -> MappingSet:
     """Draw random mappings until ``n`` valid distinct ones are found (or ``max_candidates``,
     default ``500·n``, were drawn: fewer are returned then, and ``candidates`` says so)."""
     nest = build_nest(einsum, arch)
@@ -289,7 +325,9 @@ def sample_mappings(einsum: Einsum, arch: Arch, n: int = 2000, *, seed: int = 0,
         f = sample_factors(nest, size, rng)
         o = sample_orders(nest, size, rng)
         drawn += size
-        ok = np.flatnonzero(valid_mask(nest, f))
+        ok = np.flatnonzero(valid_mask(nest, f, min_utilization))
+        if not len(ok):
+            continue
         keys = _keys(nest, f[ok], {s: v[ok] for s, v in o.items()})
         take = []
         for j, key in zip(ok, keys, strict=True):

@@ -81,9 +81,10 @@ class AccelSweep:
 def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer",
                        sizes_bytes: tuple[float, ...] | list[float] = tuple(
                            kb * 1024 for kb in FIG24B_SIZES_KB),
-                       mappings: int = 2000, seed: int = 0,
+                       mappings: int = 2000, seed: int = 0, min_utilization: float = 0.0,
                        bound: Frontier | None = None) -> AccelSweep:
-    """Map ``einsum`` onto ``arch`` with ``level`` resized to each of ``sizes_bytes``."""
+    """Map ``einsum`` onto ``arch`` with ``level`` resized to each of ``sizes_bytes``; keep
+    only mappings that use at least ``min_utilization`` of the MACs."""
     if arch.word_bits % 8:
         raise SpecError("word_bits must be a whole number of bytes", key="word_bits",
                         value=arch.word_bits)
@@ -91,7 +92,8 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
     f = bound if bound is not None else frontier(einsum)
     frames, notes = [], []
     for k, size in enumerate(sizes_bytes):
-        ms = sample_mappings(einsum, arch.with_size(level, size), mappings, seed=seed + k)
+        ms = sample_mappings(einsum, arch.with_size(level, size), mappings, seed=seed + k,
+                             min_utilization=min_utilization)
         if len(ms) < mappings:
             notes.append(f"{level} {size:g} B: only {len(ms)} valid distinct mappings in "
                          f"{ms.candidates:,} drawn (asked for {mappings})")

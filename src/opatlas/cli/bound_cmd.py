@@ -260,6 +260,9 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
               mappings: int = typer.Option(2000, "--mappings", min=1,
                                            help="Valid distinct mappings per size."),
               seed: int = typer.Option(0, "--seed", help="Seed of the random mapper."),
+              min_utilization: float = typer.Option(
+                  0.0, "--min-utilization", min=0.0, max=1.0,
+                  help="Only mappings that keep at least this share of the MACs busy."),
               plot: Path | None = PlotOpt, csv: Path | None = typer.Option(
                   None, "--csv", help="Write every mapping (.csv or .parquet)."),
               as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -284,7 +287,8 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
 
     e = _accel_problem(problem, dims or [])
     sweep = sweep_buffer_sizes(e, load_arch(arch), level=level,
-                               sizes_bytes=_kb_list(buffer_sizes), mappings=mappings, seed=seed)
+                               sizes_bytes=_kb_list(buffer_sizes), mappings=mappings, seed=seed,
+                               min_utilization=min_utilization)
     for note in sweep.notes:
         if strict:
             raise OpatlasError(f"{note}; --strict")
@@ -306,19 +310,19 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
 
 def _print_accel(sweep) -> None:
     best = sweep.best()
-    table = Table(f"{sweep.level} (B)", "mappings", "best DRAM acc.", "bound @ capacity", "gap",
-                  "below bound", "gap @ tile", "util.",
+    table = Table("size (B)", "maps", "best DRAM", "bound", "gap", "below", "gap@tile", "util",
                   title=f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses in words of "
                         f"{sweep.einsum.word_bytes} B")
     for r in best.itertuples():
-        table.add_row(f"{r.capacity_bytes:,.0f}", f"{r.mappings:,}", f"{r.best_dram_accesses:,}",
-                      f"{r.bound_at_capacity:,}", f"{100 * r.gap_to_bound:+.1f}%",
+        table.add_row(f"{r.capacity_bytes:,.0f}", f"{r.mappings:,}", f"{r.best_dram_accesses:.4g}",
+                      f"{r.bound_at_capacity:.4g}", f"{100 * r.gap_to_bound:+.1f}%",
                       f"{r.below_bound_at_capacity}", f"{100 * r.gap_to_bound_at_tile:+.1f}%",
                       f"{100 * r.best_utilization:.0f}%")
     console = Console()
     console.print(table)
     for r in best.itertuples():
         console.print(f"best at {r.capacity_bytes:,.0f} B: {r.best_mapping}", soft_wrap=True)
-    console.print("gap = best / bound − 1. 'below bound' counts mappings under the bound at the "
-                  "level's capacity (possible when a tensor bypasses the level); '@ tile' is "
-                  "the bound at the mapping's own uniform tile, which no mapping can beat.")
+    console.print(f"size: {sweep.level} capacity; bound: the Orojenesis bound at that capacity; "
+                  "gap = best / bound − 1; below: mappings under that bound (possible when a "
+                  "tensor bypasses the level); gap@tile: the best mapping against the bound at "
+                  "its own uniform tile, which no mapping can beat.")
