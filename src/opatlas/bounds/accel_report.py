@@ -104,12 +104,13 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
 
 def _frame(ms: MappingSet, f: Frontier, level: str, size: float) -> pd.DataFrame:
     nest, wb = ms.nest, ms.nest.einsum.word_bytes
-    below_dram = list(range(nest.start[1], len(nest.slots)))
+    below_dram = [s for s, slot in enumerate(nest.slots) if slot.level > 0]
     uniform = tile_of(ms.factors, below_dram)
     tile_words = sum(footprint(t, nest.ranks, uniform) for t in nest.einsum.tensors)
     total = ms.total
     cap_bound = f.lookup(size / wb)
-    cap_bound = float(f.accesses[0]) if cap_bound is None else float(cap_bound)
+    if cap_bound is None:  # smaller than any two-level tile: use the smallest tile's bound
+        cap_bound = int(f.accesses[0])
     at_tile = f.lookup_many(tile_words)
     level_index = next(i for i, lv in enumerate(nest.arch.levels) if lv.name == level)
     df = pd.DataFrame({

@@ -66,6 +66,8 @@ class Arch(BaseModel):
             raise ValueError("the first level must be the backing-store memory (DRAM)")
         if self.levels[0].size_bytes is not None:
             raise ValueError("the backing store (first level) is unbounded: leave out size_bytes")
+        if not self.levels[0].temporal:
+            raise ValueError("the backing store (first level) must own temporal loops")
         for lv in self.levels[1:]:
             if lv.kind == "memory" and lv.size_bytes is None:
                 raise ValueError(f"on-chip memory level {lv.name!r} needs size_bytes")
