@@ -78,8 +78,13 @@ def test_no_mapping_below_the_bound_at_glb_capacity_when_the_glb_keeps_every_ten
 
 
 def test_simba_sweep_never_beats_the_bound_at_the_uniform_tile():
-    sweep = sweep_buffer_sizes(GEMM4K, SIMBA, mappings=400)
+    sweep = sweep_buffer_sizes(GEMM4K, SIMBA, mappings=400, search_rounds=4)
     pts = sweep.points
+    found = sweep.searched
+    assert not found["below_bound_at_tile"].any()
+    assert (found["level_used_bytes"] <= found["capacity_bytes"]).all()
+    best = sweep.best()
+    assert (best["searched_dram_accesses"] <= best["best_dram_accesses"]).all()
     assert sorted(pts["capacity_bytes"].unique()) == [128, 1024, 8192, 65536, 524288]
     assert (pts.groupby("capacity_bytes").size() == 400).all()
     assert not pts["below_bound_at_tile"].any()
@@ -88,7 +93,6 @@ def test_simba_sweep_never_beats_the_bound_at_the_uniform_tile():
     assert (under["tile_words"] > under["capacity_bytes"]).all()
     assert (pts["level_used_bytes"] <= pts["capacity_bytes"]).all()
     assert (pts["utilization"] <= 1).all() and (pts["macs_used"] >= 1).all()
-    best = sweep.best()
     assert list(best["mappings"]) == [400] * 5
     assert (best["best_dram_accesses"] >= GEMM4K.total_operand_size).all()
     gap = best["best_dram_accesses"] / best["bound_at_capacity"] - 1

@@ -28,6 +28,7 @@ from opatlas.bounds.accel import (
     compute_cycles,
     footprint,
     level_bytes,
+    local_search,
     sample_mappings,
     tile_of,
     utilization,
@@ -51,6 +52,7 @@ class AccelSweep:
     points: pd.DataFrame
     requested: int
     notes: list[str] = field(default_factory=list)
+    searched: pd.DataFrame | None = None  # the best mappings after local search, per size
 
     def best(self) -> pd.DataFrame:
         """The mapping with the fewest DRAM accesses per size, its gap to the bound, and how
@@ -69,8 +71,19 @@ class AccelSweep:
                 "gap_to_bound_at_tile": b["dram_accesses"] / b["bound_at_tile"] - 1,
                 "below_bound_at_tile": int(g["below_bound_at_tile"].sum()),
                 "best_utilization": float(b["utilization"]),
-                "best_mapping": b["mapping"]})
+                "best_mapping": b["mapping"], **self._searched_best(size)})
         return pd.DataFrame(rows)
+
+    def _searched_best(self, size: float) -> dict[str, Any]:
+        if self.searched is None:
+            return {}
+        g = self.searched[self.searched["capacity_bytes"] == size]
+        b = g.sort_values(["dram_accesses", "compute_cycles"]).iloc[0]
+        return {"searched_dram_accesses": int(b["dram_accesses"]),
+                "searched_gap_to_bound": b["dram_accesses"] / b["bound_at_capacity"] - 1,
+                "searched_gap_to_bound_at_tile": b["dram_accesses"] / b["bound_at_tile"] - 1,
+                "searched_utilization": float(b["utilization"]),
+                "searched_mapping": b["mapping"]}
 
     def to_json(self) -> dict[str, Any]:
         return {"problem": self.einsum.name, "arch": self.arch.name, "level": self.level,
@@ -82,15 +95,16 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
                        sizes_bytes: tuple[float, ...] | list[float] = tuple(
                            kb * 1024 for kb in FIG24B_SIZES_KB),
                        mappings: int = 2000, seed: int = 0, min_utilization: float = 0.0,
-                       bound: Frontier | None = None) -> AccelSweep:
+                       search_rounds: int = 0, bound: Frontier | None = None) -> AccelSweep:
     """Map ``einsum`` onto ``arch`` with ``level`` resized to each of ``sizes_bytes``; keep
-    only mappings that use at least ``min_utilization`` of the MACs."""
+    only mappings that use at least ``min_utilization`` of the MACs. With ``search_rounds``,
+    a local search from each size's best mappings looks for better ones (``searched``)."""
     if arch.word_bits % 8:
         raise SpecError("word_bits must be a whole number of bytes", key="word_bits",
                         value=arch.word_bits)
     einsum = einsum.with_word_bytes(arch.word_bits // 8)
     f = bound if bound is not None else frontier(einsum)
-    frames, notes = [], []
+    frames, searched, notes = [], [], []
     for k, size in enumerate(sizes_bytes):
         ms = sample_mappings(einsum, arch.with_size(level, size), mappings, seed=seed + k,
                              min_utilization=min_utilization)
@@ -98,8 +112,12 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
             notes.append(f"{level} {size:g} B: only {len(ms)} valid distinct mappings in "
                          f"{ms.candidates:,} drawn (asked for {mappings})")
         frames.append(_frame(ms, f, level, size))
+        if search_rounds and len(ms):
+            best = local_search(ms, seed=seed + k, rounds=search_rounds,
+                                min_utilization=min_utilization)
+            searched.append(_frame(best, f, level, size))
     return AccelSweep(einsum, arch, level, f, pd.concat(frames, ignore_index=True), mappings,
-                      notes)
+                      notes, pd.concat(searched, ignore_index=True) if searched else None)
 
 
 def _frame(ms: MappingSet, f: Frontier, level: str, size: float) -> pd.DataFrame:

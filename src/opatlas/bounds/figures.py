@@ -73,11 +73,12 @@ def fig24b(outdir: Path, bound: Frontier | None = None, mappings: int = 2000) ->
     from opatlas.bounds.arch import load_arch
 
     (e,) = FIGURES["fig24a"]()
-    sweep = sweep_buffer_sizes(e, load_arch("simba"), mappings=mappings, bound=bound)
+    sweep = sweep_buffer_sizes(e, load_arch("simba"), mappings=mappings, bound=bound,
+                               search_rounds=40)
     paths = [outdir / "fig24b_mappings.csv.gz", outdir / "fig24b_best.csv"]
     sweep.points.to_csv(paths[0], index=False)
     sweep.best().to_csv(paths[1], index=False)
     paths.append(plot_accel_sweep(sweep.frontier, sweep.points, outdir / "fig24b.png",
                                   title=f"Simba-like, {e.name} GEMM, {mappings:,} mappings "
-                                        "per GlobalBuffer size"))
+                                        "per GlobalBuffer size", searched=sweep.searched))
     return paths

@@ -110,10 +110,11 @@ def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] |
 
 def plot_accel_sweep(frontier: Frontier, points: pd.DataFrame, path: Path, *,
                      level: str = "GlobalBuffer", coefficient: float = 1.0,
-                     title: str | None = None, figsize: tuple[float, float] = (6.0, 3.4)
-                     ) -> Path:
+                     title: str | None = None, figsize: tuple[float, float] = (6.0, 3.4),
+                     searched: pd.DataFrame | None = None) -> Path:
     """Fig. 24b: every mapping's DRAM accesses scattered at its level's capacity (one colour
-    per size), the best per size starred, over the Orojenesis bound."""
+    per size), the best per size starred (and, with ``searched``, the best after local search
+    as a diamond), over the Orojenesis bound."""
     fig, ax = plt.subplots(figsize=figsize, dpi=150)
     sizes = sorted(points["capacity_bytes"].unique())
     tiles = points["tile_words"].max() * coefficient
@@ -134,6 +135,13 @@ def plot_accel_sweep(frontier: Frontier, points: pd.DataFrame, path: Path, *,
                    edgecolor="black", lw=0.6, zorder=5)
         ax.scatter([tile_x], [best["dram_bytes"]], marker="*", s=70, facecolor="none",
                    edgecolor=color, lw=0.8, zorder=5)
+    if searched is not None and len(searched):
+        for size, color in zip(sizes, colors, strict=True):
+            g = searched[searched["capacity_bytes"] == size]
+            ax.scatter([size], [g["dram_bytes"].min()], marker="D", s=28, color=color,
+                       edgecolor="black", lw=0.6, zorder=6)
+        ax.scatter([], [], marker="D", s=28, color="grey", edgecolor="black", lw=0.6,
+                   label="best after local search")
     ax.scatter([], [], marker="*", s=70, color="grey", edgecolor="black", lw=0.6,
                label="best mapping, at the level's capacity")
     ax.scatter([], [], marker="*", s=70, facecolor="none", edgecolor="grey", lw=0.8,

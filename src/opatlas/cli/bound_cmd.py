@@ -263,6 +263,9 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
               min_utilization: float = typer.Option(
                   0.0, "--min-utilization", min=0.0, max=1.0,
                   help="Only mappings that keep at least this share of the MACs busy."),
+              search_rounds: int = typer.Option(
+                  40, "--search-rounds", min=0,
+                  help="Rounds of local search from each size's best mappings (0: none)."),
               plot: Path | None = PlotOpt, csv: Path | None = typer.Option(
                   None, "--csv", help="Write every mapping (.csv or .parquet)."),
               as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -288,7 +291,7 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
     e = _accel_problem(problem, dims or [])
     sweep = sweep_buffer_sizes(e, load_arch(arch), level=level,
                                sizes_bytes=_kb_list(buffer_sizes), mappings=mappings, seed=seed,
-                               min_utilization=min_utilization)
+                               min_utilization=min_utilization, search_rounds=search_rounds)
     for note in sweep.notes:
         if strict:
             raise OpatlasError(f"{note}; --strict")
@@ -301,7 +304,7 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
         from opatlas.bounds.plots import plot_accel_sweep
 
         plot_accel_sweep(sweep.frontier, sweep.points, plot, level=level,
-                         title=f"{sweep.arch.name}: {e.name}")
+                         title=f"{sweep.arch.name}: {e.name}", searched=sweep.searched)
     if as_json:
         typer.echo(json.dumps(sweep.to_json(), default=float))
         return
@@ -322,6 +325,18 @@ def _print_accel(sweep) -> None:
     console.print(table)
     for r in best.itertuples():
         console.print(f"best at {r.capacity_bytes:,.0f} B: {r.best_mapping}", soft_wrap=True)
+    if sweep.searched is not None:
+        table = Table("size (B)", "searched best", "gap", "gap@tile", "util",
+                      title="after local search from the best sampled mappings")
+        for r in best.itertuples():
+            table.add_row(f"{r.capacity_bytes:,.0f}", f"{r.searched_dram_accesses:.4g}",
+                          f"{100 * r.searched_gap_to_bound:+.1f}%",
+                          f"{100 * r.searched_gap_to_bound_at_tile:+.1f}%",
+                          f"{100 * r.searched_utilization:.0f}%")
+        console.print(table)
+        for r in best.itertuples():
+            console.print(f"searched best at {r.capacity_bytes:,.0f} B: {r.searched_mapping}",
+                          soft_wrap=True)
     console.print(f"size: {sweep.level} capacity; bound: the Orojenesis bound at that capacity; "
                   "gap = best / bound − 1; below: mappings under that bound (possible when a "
                   "tensor bypasses the level); gap@tile: the best mapping against the bound at "
