@@ -126,11 +126,12 @@ def test_cli_accel_json_and_csv(tmp_path):
     out = tmp_path / "m.csv"
     r = CliRunner().invoke(app, ["bound", "accel", "simba", "--problem", "gemm", "256", "256",
                                  "256", "--buffer-sizes", "1,64", "--mappings", "50", "--json",
-                                 "--csv", str(out)])
+                                 "--csv", str(out), "--search-rounds", "2"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert [b["capacity_bytes"] for b in data["best"]] == [1024, 65536]
     assert all(b["mappings"] == 50 for b in data["best"])
+    assert all(b["searched_dram_accesses"] <= b["best_dram_accesses"] for b in data["best"])
     assert out.read_text().count("\n") == 101
 
 
@@ -208,7 +209,7 @@ def test_fan_out_above_the_first_buffer_multicasts_and_matches_the_simulator():
 def test_fig24b_figure_files(tmp_path):
     from opatlas.bounds.figures import fig24b
 
-    paths = fig24b(tmp_path, mappings=40)
+    paths = fig24b(tmp_path, mappings=40, search_rounds=1)
     names = [p.name for p in paths]
     assert names == ["fig24b_mappings.csv.gz", "fig24b_best.csv", "fig24b.png"]
     import pandas as pd

@@ -28,11 +28,11 @@ from opatlas.bounds.accel import (
     compute_cycles,
     footprint,
     level_bytes,
-    local_search,
     sample_mappings,
     tile_of,
     utilization,
 )
+from opatlas.bounds.accel_search import local_search
 from opatlas.bounds.arch import Arch
 from opatlas.bounds.einsum import Einsum
 from opatlas.bounds.frontier import Frontier, frontier

@@ -66,7 +66,8 @@ def make_figures(outdir: Path) -> list[Path]:
     return out
 
 
-def fig24b(outdir: Path, bound: Frontier | None = None, mappings: int = 2000) -> list[Path]:
+def fig24b(outdir: Path, bound: Frontier | None = None, mappings: int = 2000,
+           search_rounds: int = 40) -> list[Path]:
     """Simba-like mappings of the 4096³ GEMM, GlobalBuffer 0.125–512 KB, against the bound:
     every mapping (``fig24b_mappings.csv.gz``), the best per size, and the plot."""
     from opatlas.bounds.accel_report import sweep_buffer_sizes
@@ -74,7 +75,7 @@ def fig24b(outdir: Path, bound: Frontier | None = None, mappings: int = 2000) ->
 
     (e,) = FIGURES["fig24a"]()
     sweep = sweep_buffer_sizes(e, load_arch("simba"), mappings=mappings, bound=bound,
-                               search_rounds=40)
+                               search_rounds=search_rounds)
     paths = [outdir / "fig24b_mappings.csv.gz", outdir / "fig24b_best.csv"]
     sweep.points.to_csv(paths[0], index=False)
     sweep.best().to_csv(paths[1], index=False)
