@@ -111,6 +111,9 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
         if len(ms) < mappings:
             notes.append(f"{level} {size:g} B: only {len(ms)} valid distinct mappings in "
                          f"{ms.candidates:,} drawn (asked for {mappings})")
+        if size / einsum.word_bytes < f.buffer[0]:
+            notes.append(f"{level} {size:g} B is below the smallest two-level tile "
+                         f"({int(f.buffer[0])} words): its bound is taken at that tile")
         frames.append(_frame(ms, f, level, size))
         if search_rounds and len(ms):
             best = local_search(ms, seed=seed + k, rounds=search_rounds,
