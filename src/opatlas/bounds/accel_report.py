@@ -10,9 +10,11 @@ Two bounds are reported per mapping:
   keeper. When a tensor bypasses it (Simba's weights stream from DRAM into 16 × 32 KB PE
   weight buffers), mappings can and do go below it: the check counts them.
 * ``bound_at_tile``: the bound at the mapping's *uniform tile*, the footprint of every tensor
-  over all loops below DRAM. It always holds: a tensor that bypasses a level keeps a subset of
-  that tile on chip, so each DRAM iteration must still fetch at least the new part of the
-  tile, which is what the two-level model charges.
+  over all loops below DRAM. A tensor that bypasses a level keeps a subset of that tile on
+  chip, so each DRAM iteration must still fetch at least the new part of the tile, which is
+  what the two-level model charges for GEMM-like tensors (for sliding windows moving along two
+  dims at once it charges the whole tile; there the floor is observed, not proved:
+  ``docs/accel_mappers.md``).
 """
 
 from __future__ import annotations

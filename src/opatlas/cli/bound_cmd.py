@@ -340,4 +340,4 @@ def _print_accel(sweep) -> None:
     console.print(f"size: {sweep.level} capacity; bound: the Orojenesis bound at that capacity; "
                   "gap = best / bound − 1; below: mappings under that bound (possible when a "
                   "tensor bypasses the level); gap@tile: the best mapping against the bound at "
-                  "its own uniform tile, which no mapping can beat.")
+                  "its own uniform tile (all loops below DRAM), a floor for every mapping.")
