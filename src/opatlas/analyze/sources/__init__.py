@@ -15,7 +15,7 @@ from opatlas.analyze.model import Analysis
 from opatlas.errors import OpatlasError
 
 # modules that register kinds, imported on first use (each calls register() at import)
-_MODULES: list[str] = ["opatlas.analyze.sources.pybuda"]
+_MODULES: list[str] = ["opatlas.analyze.sources.pybuda", "opatlas.analyze.sources.ttmetal"]
 
 
 @dataclass
