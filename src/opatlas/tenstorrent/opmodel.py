@@ -168,12 +168,14 @@ def limiter(op: NetOp, kernel: int, netlist: Netlist, graph_ops: dict[str, NetOp
         df = op.in_df[i] if i < len(op.in_df) else op.out_df
         nbytes = input_tiles_per_core(op, i) * tile_bytes(df)
         q = netlist.queues.get(name)
-        if q is not None and q.loc == "host":
+        if name in graph_ops or q is None:
+            bw, kind = NOC_BW, "noc"
+        elif q.loc == "host":
             bw, kind = PCIE_BW / op.cores, "pcie"
-        elif op.input_is_dram[i] or (q is not None and name not in graph_ops):
+        elif op.input_is_dram[i]:
             bw, kind = dram_bw(netlist.arch, op.cores), "dram"
         else:
-            bw, kind = NOC_BW, "noc"
+            continue  # a prologue queue: loaded into L1 once, not read per input
         cyc = math.ceil(nbytes / bw)
         if cyc > best:
             best, why = cyc, f"{kind} in{i}"

@@ -228,6 +228,7 @@ def orojenesis_bound(batch: int, m: int, k: int, n: int, word_bytes: int, onchip
 
 
 _GRID = re.compile(r"grid=\{\[\(x=(\d+);y=(\d+)\) - \(x=(\d+);y=(\d+)\)\]\}")
+_ATTR = re.compile(r"'([\w.]+)': '([^']*)'")  # {'key': 'value'; ...} of ATTRIBUTES
 _LAYOUT = re.compile(r"memory_layout=TensorMemoryLayout::(\w+)")
 _SIM_DTYPES = {"BFLOAT16": "bfloat16", "BFLOAT8_B": "bfloat8_b", "FLOAT32": "float32"}
 
@@ -274,9 +275,9 @@ def reshard_bound(raw: pd.Series, fmt: Any, tpr: Any) -> tuple[float | None, str
     dtype = _SIM_DTYPES.get(str(raw.get("INPUT_0_DATATYPE", "")))
     if dtype is None:
         return None, f"not comparable: dtype {raw.get('INPUT_0_DATATYPE')} not simulated"
-    configs = re.findall(r"MemoryConfig\([^)]*\)[^)]*\)", attrs)
-    out_cfg = [c for c in configs if "output" in attrs[:attrs.find(c)].rsplit(";", 1)[-1]]
-    in_cfg = [c for c in configs if c not in out_cfg]
+    configs = {k: v for k, v in _ATTR.findall(attrs) if v.startswith("MemoryConfig(")}
+    out_cfg = [v for k, v in configs.items() if k.startswith("output")]
+    in_cfg = [v for k, v in configs.items() if not k.startswith("output")]
     if not out_cfg or not in_cfg:
         return None, ("not comparable: the row's attributes do not give the input's shard grid "
                       "(only the output memory config)")
