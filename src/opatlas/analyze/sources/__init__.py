@@ -15,7 +15,8 @@ from opatlas.analyze.model import Analysis
 from opatlas.errors import OpatlasError
 
 # modules that register kinds, imported on first use (each calls register() at import)
-_MODULES: list[str] = []
+_MODULES: list[str] = ["opatlas.analyze.sources.config", "opatlas.analyze.sources.store",
+                        "opatlas.analyze.sources.trace"]
 
 
 @dataclass
