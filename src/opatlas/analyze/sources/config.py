@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +147,7 @@ def _rows(est: Any) -> pd.DataFrame:
 
 def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
                     ) -> pd.DataFrame:
+    """The rows with measured times where the store has them (notes in ``est.notes``)."""
     measured = _measured_per_call(store_path, est)
     rows = rows.copy()
     rows["predicted_time_s"] = rows["time_s"]
@@ -165,7 +165,7 @@ def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
                f"{est.config.cluster.device} {est.config.training.dtype}; the prediction is kept")
         if strict:
             raise OpatlasError(msg)
-        print(f"opatlas: warning: {msg}", file=sys.stderr)
+        est.notes.append(msg)
     rows.loc[hit, "time_s"] = rows.loc[hit, "measured_time_s"]
     rows["error"] = (rows["predicted_time_s"] - rows["measured_time_s"]) / rows["measured_time_s"]
     stage_before = rows.loc[rows["category"].isin(_STAGE_CATEGORIES), "predicted_time_s"].sum()

@@ -6,7 +6,6 @@ Groups are devices."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +67,8 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
         parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes))
     rows = pd.concat(parts, ignore_index=True)
-    for n in notes:
-        if options.strict:
-            raise OpatlasError(f"{path}: {n}")
-        print(f"opatlas: warning: {path}: {n}", file=sys.stderr)
+    if notes and options.strict:
+        raise OpatlasError(f"{path}: {notes[0]} (--strict)")
     return Analysis(Source(kind="store", path=str(path)), _summary(rows, res, notes), rows,
                     list(COLUMNS), "device")
 

@@ -12,7 +12,6 @@ the busy time is the summed duration of each thread's top-level ops."""
 from __future__ import annotations
 
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -66,8 +65,6 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                            f"record_shapes=True) so ops can be mapped and counted")
     rows, busy, mode = _rows(ops, kernels, runtime)
     peaks, notes = _peaks(doc, rows, options)
-    for n in notes:
-        print(f"opatlas: note: {path}: {n}", file=sys.stderr)
     analysed = explain(rows.drop(columns=["word"]), peaks, busy)
     summary = {"title": f"profiler trace {path.name}", "total_time_s": busy, "busy_time_s": busy,
                "time_basis": mode, "events": len(ops) + len(kernels) + len(runtime),
