@@ -122,6 +122,10 @@ class TrainConfig(_Strict):
                              f"(expert-parallel groups are formed inside data parallelism)")
         if p.schedule == "interleaved" and p.virtual_stages < 2:
             raise ValueError("the interleaved schedule needs virtual_stages >= 2")
+        if p.schedule == "interleaved" and self.micro_batches % p.pp:
+            # Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp and asserts it
+            raise ValueError(f"the interleaved schedule needs micro-batches per step "
+                             f"({self.micro_batches}) to be a multiple of pp ({p.pp})")
         return self
 
     @property

@@ -1,0 +1,72 @@
+"""``opatlas analyze``: one analysis (measured vs predicted vs bound, per op), several views."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from opatlas.errors import OpatlasError
+
+
+def analyze(
+    source: str | None = typer.Argument(None, help="A training config (or bundled name), a "
+                                                   "results store (.duckdb) or a torch.profiler "
+                                                   "trace (.json, .json.gz)."),
+    kind: str | None = typer.Option(None, "--kind", help="Source kind, when auto-detection "
+                                                         "cannot tell: config, store, trace ..."),
+    as_json: bool = typer.Option(False, "--json", help="Print the analysis as one JSON object."),
+    csv: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV."),
+    html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report."),
+    trace: Path | None = typer.Option(None, "--trace", help="Write the estimated step as a "
+                                                            "Chrome/Perfetto trace (configs)."),
+    tui: bool = typer.Option(False, "--tui", help="Open the terminal app (default on a terminal)."),
+    measured: Path | None = typer.Option(None, "--measured", help="A results store whose "
+                                         "measurements replace the config's predictions."),
+    models: Path | None = typer.Option(None, "--models", help="Fitted models to predict with."),
+    device: str | None = typer.Option(None, "--device", help="The device to analyse (stores) or "
+                                                             "whose peaks to use (traces)."),
+    save: Path | None = typer.Option(None, "--save", help="Keep the analysis as JSON."),
+    load: Path | None = typer.Option(None, "--load", help="Open an analysis kept with --save."),
+    strict: bool = typer.Option(False, "--strict", help="A fallback is an error."),
+) -> None:
+    """Per op: measured vs predicted vs bound, and why (compute, memory, communication ...).
+
+    Examples:
+
+        opatlas analyze llama2-7b --html report.html
+
+        opatlas analyze llemma_7b_4_2_2_P --measured a100.duckdb --json
+
+        opatlas analyze trace.json.gz --device H100 --tui
+
+        opatlas analyze my.duckdb --csv rows.csv --save a.json
+    """
+    from opatlas.analyze import api
+
+    if (source is None) == (load is None):
+        raise OpatlasError("give a SOURCE to analyse, or --load a saved analysis (not both)")
+    if load is not None:
+        analysis = api.load(load)
+    else:
+        analysis = api.analyze(source, kind=kind, measured=measured, models=models,
+                               device=device, strict=strict)
+    for note in analysis.summary.get("notes") or []:
+        typer.echo(f"opatlas: note: {note}", err=True)
+    if trace is not None:
+        typer.echo(f"trace: {api.write_trace(analysis, trace)}", err=True)
+    if html is not None:
+        typer.echo(f"report: {api.write_html(analysis, html)}", err=True)
+    if csv is not None:
+        typer.echo(f"rows: {api.write_csv(analysis, csv)}", err=True)
+    if save is not None:
+        typer.echo(f"saved: {analysis.save(save)}", err=True)
+    if as_json:
+        typer.echo(json.dumps(analysis.to_json()))
+        return
+    if tui or (sys.stdout.isatty() and not any((trace, html, csv, save))):
+        api.run_app(analysis, source=source, kind=kind, measured=measured, device=device)
+    elif not any((trace, html, csv, save)):
+        api.print_table(analysis)
