@@ -210,7 +210,9 @@ def test_run_folder_rows_columns_and_highlights(tmp_path):
     assert gelu0["bw_problem"] == "output" and gelu0["limiter"] == "communication"
     assert add0["bw_problem"] == "" and add0["limiter"] == "compute"
     assert add0["in1_req"] == 0.0  # N/A reads as 0
-    assert mm0["est_err_pct"] == 10.0 and gelu0["est_err_pct"] == 20.0
+    assert mm0["est_err"] == pytest.approx(0.10) and gelu0["est_err"] == pytest.approx(0.20)
+    assert mm0["util"] == pytest.approx(0.60) and mm0["bw_util"] == pytest.approx(0.48)
+    assert mm0["headroom"] == pytest.approx(1.25)  # bw_kernel / kernel
     assert mm0["m/u_kt"] == "4/2" and "bad m_k/u_kt" in mm0["flags"]
     assert "in0 below required" in mm0["flags"] and "out below required" in gelu0["flags"]
     assert mm0["flops"] == 2 * (2 * 2 * 2 * 32) * (4 * 2 * 32) * (2 * 2 * 2 * 32)
@@ -219,7 +221,9 @@ def test_run_folder_rows_columns_and_highlights(tmp_path):
     keys = {c.key for c in a.columns}
     assert {"estimated_cycles", "kernel_cycles", "bw_kernel_cycles", "bw_problem"} <= keys
     roles = {c.key: c.role for c in a.columns}
-    assert roles["util"] == "util" and roles["est_err_pct"] == "error"
+    assert roles["util"] == "util" and roles["est_err"] == "error"
+    assert a.summary["throughput"] == 58823 and a.summary["utilization"] == pytest.approx(0.0222)
+    assert a.summary["estimation_error"] == pytest.approx(0.11)
 
 
 def test_run_without_op_perf_hides_estimates(tmp_path):

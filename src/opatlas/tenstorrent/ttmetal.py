@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -128,8 +127,7 @@ def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Rep
                f"(tt-perf-report --ignore-signposts). Name a range with start/end signposts.")
         if strict:
             raise OpatlasError(msg)
-        notes.append(msg)
-        print(f"opatlas: note: {msg}", file=sys.stderr)
+        notes.append(msg)  # the CLI says notes on stderr
         sel = tpr.filter_by_signpost(df, None, None, True, False)
         window = "whole file (signposts ignored)"
     devices = sorted(int(d) for d in sel["DEVICE ID"].dropna().unique())

@@ -5,7 +5,6 @@ reblocking). The reading is in opatlas.tenstorrent; this module builds the table
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,9 @@ from opatlas.analyze.sources import ReadOptions, SourceKind, register
 from opatlas.errors import OpatlasError
 
 KIND = "pybuda"
+# a core's matmul peak: one 32x32x32 tile product per 16 cycles at LoFi (§B.4's tile_weight)
+MATMUL_FLOP_PER_CYCLE = 2 * 32**3 / 16
+WH_DRAM_BYTES_S = 288e9  # Wormhole n150 DRAM bandwidth (as tt-perf-report's Wormhole spec)
 
 
 def detect(path: Path) -> bool:
@@ -54,8 +56,9 @@ def read(path: Path, options: ReadOptions) -> Analysis:
            f"output): showing the netlist's own estimate (op model and bandwidth limits)")
     if options.strict:
         raise OpatlasError(msg + "; --strict asks for measured results")
-    print(f"opatlas: note: {msg}", file=sys.stderr)
-    return estimate_analysis(netlist, spatial)
+    a = estimate_analysis(netlist, spatial)
+    a.summary["notes"] = [msg, *a.summary["notes"]]  # the CLI says notes on stderr
+    return a
 
 
 # ---------------------------------------------------------------- measured (a run folder)
@@ -74,10 +77,11 @@ def _mukt_flag(op: Any) -> str:
     return ""
 
 
-def _err_pct(est: float | None, actual: float) -> float | None:
+def _err(est: float | None, actual: float) -> float | None:
+    """|estimate - measured| / measured, as a fraction (the views' error role)."""
     if est is None or actual <= 0:
         return None
-    return round(100.0 * abs(est - actual) / actual, 1)
+    return abs(est - actual) / actual
 
 
 def matmul_flops(op: Any) -> float:
@@ -133,11 +137,11 @@ def _measured_row(rec: dict[str, Any], clock: float, n_in: int) -> dict[str, Any
            "bound_time_s": rec["kernel_cycles"] / clock,
            "limiter": _limiter(rec["bw_problem"], op),
            "estimated_cycles": rec["estimated_cycles"], "kernel_cycles": rec["kernel_cycles"],
-           "util": rec["util"], "estimated_lim_cycles": rec["estimated_lim_cycles"],
-           "bw_kernel_cycles": rec["bw_kernel_cycles"], "bw_util": rec["bw_util"],
-           "bw_problem": rec["bw_problem"],
-           "est_err_pct": _err_pct(rec["estimated_cycles"], rec["kernel_cycles"]),
-           "est_lim_err_pct": _err_pct(rec["estimated_lim_cycles"], rec["bw_kernel_cycles"]),
+           "util": rec["util"] / 100, "estimated_lim_cycles": rec["estimated_lim_cycles"],
+           "bw_kernel_cycles": rec["bw_kernel_cycles"], "bw_util": rec["bw_util"] / 100,
+           "util_compute": rec["bw_util"] / 100, "bw_problem": rec["bw_problem"],
+           "est_err": _err(rec["estimated_cycles"], rec["kernel_cycles"]),
+           "est_lim_err": _err(rec["estimated_lim_cycles"], rec["bw_kernel_cycles"]),
            "out_req": rec["output_bw"]["required"], "out_bw": rec["output_bw"]["actual"]}
     if rec["output_bw"]["actual"] < rec["output_bw"]["required"]:
         flags.append("out below required")
@@ -148,6 +152,13 @@ def _measured_row(rec: dict[str, Any], clock: float, n_in: int) -> dict[str, Any
         if b and b["actual"] < b["required"]:
             flags.append(f"in{i} below required")
     row["flags"] = ", ".join(flags)
+    return _rates(row)
+
+
+def _rates(row: dict[str, Any]) -> dict[str, Any]:
+    t, b = row["time_s"], row["bound_time_s"]
+    row["achieved_flops_s"] = row["flops"] / t if t and row["flops"] else None
+    row["headroom"] = t / b if t and b else None
     return row
 
 
@@ -176,9 +187,9 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
                     help="the pipe furthest below its required bandwidth: noc in<i> "
                          "(from an op of this epoch), dram in<i>, or output")]
     if has_est:
-        cols += [Column(key="est_err_pct", label="est err", role="error", unit="%",
+        cols += [Column(key="est_err", label="est err", role="error", unit="%",
                         help="|est - kernel| / kernel"),
-                 Column(key="est_lim_err_pct", label="est_lim err", role="error", unit="%",
+                 Column(key="est_lim_err", label="est_lim err", role="error", unit="%",
                         help="|est_lim - bw_kernel| / bw_kernel")]
     cols += [Column(key="out_req", label="out_req", role="rate", unit="B/cycle"),
              Column(key="out_bw", label="out_bw", role="rate", unit="B/cycle")]
@@ -188,7 +199,22 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
     cols.append(Column(key="flags", label="flags",
                        help="highlights of PyBuda's perf analyzer: bad/good m_k/u_kt, a pipe "
                             "below its required bandwidth"))
-    return cols
+    return cols + _common_cols("measured", "kernel time per input (infinite bandwidth)")
+
+
+def _common_cols(time_role: str, bound_help: str) -> list[Column]:
+    """The contract's columns, for the plain table and the roofline."""
+    return [Column(key="pass", label="pass", role="id"),
+            Column(key="time_s", label="time", role=time_role, unit="s",
+                   help="cycles per input / clock"),
+            Column(key="bound_time_s", label="bound", role="bound", unit="s", help=bound_help),
+            Column(key="headroom", label="headroom", role="ratio", unit="x"),
+            Column(key="limiter", label="limiter"),
+            Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
+            Column(key="bytes", label="bytes", role="count", unit="B",
+                   help="tensor bytes read and written per input"),
+            Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
+            Column(key="util_compute", label="util (weighting)", role="util", unit="%")]
 
 
 def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Analysis:
@@ -198,7 +224,14 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
     clock = run.netlist.clock_hz
     n_in = min(8, max(len(r["input_bws"]) for ops in run.epochs for r in ops))
     rows = pd.DataFrame([_measured_row(r, clock, n_in) for ops in run.epochs for r in ops])
+    ms = run.model_summary
     summary = {**_summary_head(run.netlist, spatial), "mode": "measured",
+               "title": f"PyBuda run {folder}", "throughput": ms["overall_speed"],
+               "utilization": ms["overall_util"] / 100,
+               "utilization_label": "approx. utilization",
+               "estimation_error": (None if ms["kernel_estimation_error"] is None
+                                    else ms["kernel_estimation_error"] / 100),
+               "estimation_error_label": "kernel estimate error",
                **run.model_summary, "samples_per_s": run.model_summary["overall_speed"],
                "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
                "epoch_summary": run.epoch_summary, "files": run.files,
@@ -210,6 +243,9 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
 
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
     return {"netlist": str(nl.path), "arch": nl.arch, "clock_hz": nl.clock_hz,
+            "throughput_unit": "samples/s",
+            "peak_flops_s": MATMUL_FLOP_PER_CYCLE * nl.core_count * nl.device_count * nl.clock_hz,
+            "peak_bytes_s": WH_DRAM_BYTES_S,
             "core_count": nl.core_count, "device_count": nl.device_count,
             "epochs": (len(nl.graphs) if spatial else max(nl.temporal) + 1),
             "epoch_kind": "spatial" if spatial else "temporal", "ops": len(nl.all_ops()),
@@ -224,13 +260,13 @@ def _estimate_row(op: Any, est: Any, epoch: int, clock: float, fan_in: int | Non
     kind = est.limiter
     limiter = ("unknown" if lim is None else "compute" if kind == "compute"
                else "communication" if kind.startswith("noc") else "memory")
-    return {**_common(op, epoch, clock),
+    return _rates({**_common(op, epoch, clock),
             "time_s": (lim or 0) / clock,
             "bound_time_s": est.theoretical / clock if est.theoretical else None,
             "limiter": limiter, "estimated_cycles": est.cycles,
             "theoretical_cycles": est.theoretical, "estimated_lim_cycles": lim,
             "bw_problem": "" if kind in ("compute", "unknown") else kind, "max_fan_in": fan_in,
-            "op_model": est.model}
+            "op_model": est.model, "util_compute": None})
 
 
 def _cols_estimate() -> list[Column]:
@@ -249,7 +285,8 @@ def _cols_estimate() -> list[Column]:
             Column(key="bw_problem", label="limited by"),
             Column(key="max_fan_in", label="fan-in", role="count",
                    help="most producer cores one core of this op gathers an input from"),
-            Column(key="op_model", label="op model")]
+            Column(key="op_model", label="op model"),
+            *_common_cols("estimated", "matmul: the theoretical (math-bound) cycles")]
 
 
 def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
@@ -268,16 +305,17 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
                                        fan.get(op.name))
                          for op, est in result.ops])
     unmodelled = result.model_summary["unmodelled_ops"]
-    if unmodelled:
-        print(f"opatlas: note: {unmodelled} op(s) of {netlist} have no op model (sparse "
-              f"matmuls): they count 0 cycles in the estimate", file=sys.stderr)
+    notes = [f"{unmodelled} op(s) of {netlist} have no op model (sparse matmuls): they count "
+             f"0 cycles in the estimate"] if unmodelled else []
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
+               "title": f"PyBuda netlist {netlist.name} (estimate)",
+               "throughput": result.model_summary["overall_speed"],
                **result.model_summary, "samples_per_s": result.model_summary["overall_speed"],
                "time_per_input_s": result.model_summary["pipeline_cycles"] / nl.clock_hz,
                "epoch_summary": result.epoch_summary,
                "reblocking": [e for e in result.reblocking if e["reblock"]],
                "edges": len(result.reblocking),
-               "opmodel_check": matmul_check()}
+               "opmodel_check": matmul_check(), "notes": notes}
     return Analysis(Source(kind=KIND, path=str(netlist)), summary, rows, _cols_estimate(),
                     group_label="epoch")
 

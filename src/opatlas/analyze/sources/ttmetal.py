@@ -59,6 +59,7 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
     dev_ns = None if dev_us is None else dev_us * 1000.0
     gap_us = _v(op, "Op-to-Op Gap")
     bound_ns, source, flops, shape, bottleneck = _bound(tpr, rep, op, raw, dev_ns)
+    gemm = [shape[k] for k in ("batch", "M", "K", "N")] if "M" in shape else None
     row = {"op": str(_v(op, "OP Code")), "op_code": str(raw["OP CODE"]), "pass": "fwd",
            "calls": 1, "group": device, "device": device,
            "time_s": (dev_ns or 0.0) / 1e9, "device_time_ns": dev_ns,
@@ -70,6 +71,10 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
            "bound": _v(op, "Bound") or "", "cores": _v(op, "Cores"),
            "dram_gbs": _v(op, "DRAM"), "dram_pct": _v(op, "DRAM %"),
            "tflops": _v(op, "FLOPs"), "flops_pct": _v(op, "FLOPs %"),
+           "dram_util": _frac(_v(op, "DRAM %")), "flops_util": _frac(_v(op, "FLOPs %")),
+           "util_compute": _frac(_v(op, "FLOPs %")),
+           "achieved_flops_s": flops / (dev_ns / 1e9) if flops and dev_ns else None,
+           "gemm": gemm,
            "math_fidelity": _v(op, "Math Fidelity"), "category": _v(op, "Op Category"),
            "input0_memory": _v(op, "Input 0 Memory"), "total_pct": _v(op, "Total %"),
            "id": int(_v(op, "ID")), "global_call_count": _v(op, "Global Call Count"),
@@ -79,6 +84,11 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
         row[key] = None if val is None or pd.isna(val) else float(val)
     row["limiter"] = _limiter(row["bound"], row["op_code"], raw, bottleneck)
     return row
+
+
+def _frac(pct: float | None) -> float | None:
+    """tt-perf-report's percent as the views' fraction."""
+    return None if pct is None else pct / 100
 
 
 def tm_raw() -> str:
@@ -152,7 +162,12 @@ def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None) -> s
 def _summary(tpr: Any, tm: Any, rep: Any, frame: pd.DataFrame) -> dict[str, Any]:
     merged = tm.totals(tpr, rep.merged)
     per_device = {str(d): tm.totals(tpr, rows) for d, rows in rep.per_device.items()}
-    return {"arch": rep.arch, "worker_cores": rep.worker_cores,
+    l1 = L1_BYTES.get(rep.spec.name, 1536 * 1024)
+    return {"title": f"tt-metal profile {rep.path.name}", "arch": rep.arch,
+            "worker_cores": rep.worker_cores,
+            "peak_flops_s": rep.spec.tflops_per_core("LoFi") * 1e12 * rep.worker_cores,
+            "peak_bytes_s": rep.spec.dram_bandwidth_gb_s * 1e9,
+            "onchip_bytes": l1 * rep.worker_cores, "word_bytes": 2,
             "csv_format": rep.csv_format.name, "window": rep.window,
             "signposts": len(rep.signposts), "devices": rep.devices,
             "tt_perf_report": tm.tt_perf_report_version(),
@@ -206,8 +221,8 @@ def _columns() -> list[Column]:
             Column(key="gap_ns", label="Op-to-Op Gap", role="time", unit="ns"),
             Column(key="cores", label="Cores", role="count"),
             Column(key="dram_gbs", label="DRAM", role="rate", unit="GB/s"),
-            Column(key="dram_pct", label="DRAM %", role="util", unit="%"),
-            Column(key="flops_pct", label="FLOPs %", role="util", unit="%"),
+            Column(key="dram_util", label="DRAM %", role="util", unit="%"),
+            Column(key="flops_util", label="FLOPs %", role="util", unit="%"),
             Column(key="math_fidelity", label="Math Fidelity"),
             Column(key="pm_ideal_ns", label="PM IDEAL", role="estimated", unit="ns",
                    help="tt-metal's own op model"),
@@ -217,9 +232,19 @@ def _columns() -> list[Column]:
                    help="matmul: Orojenesis minimum DRAM traffic with the cores' L1 as buffer "
                         "and peak FLOP/s; reshard: the calibrated Wormhole simulator"),
             Column(key="bound_source", label="bound from"),
-            Column(key="headroom", label="headroom", role="ratio",
+            Column(key="headroom", label="headroom", role="ratio", unit="x",
                    help="device time / opatlas bound"),
-            Column(key="category", label="category")]
+            Column(key="category", label="category"),
+            Column(key="pass", label="pass", role="id"),
+            Column(key="time_s", label="time", role="measured", unit="s",
+                   help="device kernel time (tt-perf-report's Device Time)"),
+            Column(key="bound_time_s", label="bound", role="bound", unit="s"),
+            Column(key="limiter", label="limiter"),
+            Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
+            Column(key="bytes", label="DRAM bytes", role="count", unit="B"),
+            Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
+            Column(key="util_compute", label="util (weighting)", role="util", unit="%"),
+            Column(key="gemm", label="gemm", role="shape")]
 
 
 register(SourceKind(KIND, detect, read, "a tt-metal device-profiler CSV (ops_perf_results_*.csv)"))
