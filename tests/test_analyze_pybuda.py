@@ -343,3 +343,19 @@ def test_measured_op_missing_from_netlist(tmp_path):
     f.write_text(f.read_text().replace("add0", "ghost"))
     with pytest.raises(OpatlasError, match=r"'ghost'.*different runs"):
         read(tmp_path)
+
+
+def test_fast_yaml_parses_netlists_as_pyyaml_does():
+    yaml_rs = pytest.importorskip("yaml_rs", reason="yaml-rs is in the opatlas[tt] extra")
+    for path in (RESNET, BERT):
+        text = path.read_text()
+        assert yaml_rs.loads(text, parse_datetime=False) == yaml.load(
+            text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def test_invalid_yaml_is_one_paragraph(tmp_path):
+    p = tmp_path / "broken_netlist.yaml"
+    p.write_text("graphs: {a: [1, 2\nqueues: ]\n")
+    with pytest.raises(OpatlasError, match=r"broken_netlist\.yaml is not a usable PyBuda "
+                                           r"netlist: it is not valid YAML"):
+        load_netlist(p)

@@ -163,7 +163,7 @@ def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any) -> list[dict[s
     row made this loop ten times slower."""
     rows = []
     prev, prev_invalid = None, None
-    for row in df.to_dict("records"):
+    for row in records(df):
         op, _gap = tpr.analyze_op(row, prev, fmt, spec, None, prev_row_invalid_duration=prev_invalid)
         op["ID"] = tpr.Cell(row["ORIGINAL_ROW"])
         op["Global Call Count"] = tpr.Cell(row["GLOBAL CALL COUNT"])
@@ -178,6 +178,14 @@ def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any) -> list[dict[s
         rows.append(op)
     tpr.add_derived_columns(rows)
     return rows
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as dicts; the same values as ``df.to_dict("records")`` three times faster on
+    pandas' Arrow-backed string columns (one ``tolist`` per column, not per cell)."""
+    cols = list(df.columns)
+    return [dict(zip(cols, vals, strict=True))
+            for vals in zip(*(df[c].tolist() for c in cols), strict=True)]
 
 
 def totals(tpr: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:

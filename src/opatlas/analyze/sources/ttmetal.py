@@ -81,7 +81,7 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
            "shape": shape}
     for col, key in _pm_columns().items():
         val = raw.get(col)
-        row[key] = None if val is None or pd.isna(val) else float(val)
+        row[key] = None if val is None or val != val else float(val)  # NaN != NaN
     row["limiter"] = _limiter(row["bound"], row["op_code"], raw, bottleneck)
     return row
 
@@ -109,7 +109,7 @@ def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float
     from opatlas.tenstorrent import ttmetal as tm
 
     code = str(raw["OP CODE"])
-    shape = _input_shape(tpr, raw, rep.csv_format)
+    shape = _input_shape(raw)
     if "Matmul" in code and "Sparse" not in code:
         dims = tm.matmul_dims(tpr, raw, rep.csv_format)
         cores = _v(op, "Cores")
@@ -135,12 +135,17 @@ def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float
     return None, "", flops, shape, None
 
 
-def _input_shape(tpr: Any, raw: pd.Series, fmt: Any) -> dict[str, Any]:
-    try:
-        dims = [tpr.get_tensor_dim(raw, "INPUT_0", k, fmt) for k in ("W", "Z", "Y", "X")]
-    except KeyError:
-        return {}
-    return {k: v for k, v in zip(("W", "Z", "Y", "X"), dims, strict=True) if v is not None}
+def _input_shape(raw: dict[str, Any]) -> dict[str, Any]:
+    """Input 0's W, Z, Y, X as the row shows them (padded size; v2 cells read 'padded[logical]')
+    — for display; the bounds read shapes with tt-perf-report's own readers."""
+    out = {}
+    for k in ("W", "Z", "Y", "X"):
+        cell = raw.get(f"INPUT_0_{k}_PAD[LOGICAL]", raw.get(f"INPUT_0_{k}"))
+        try:
+            out[k] = int(float(str(cell).split("[")[0]))
+        except ValueError:
+            continue
+    return out
 
 
 def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None) -> str:
