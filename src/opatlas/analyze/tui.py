@@ -224,7 +224,7 @@ class DetailScreen(ModalScreen):
         for label, v in bars:
             if not isinstance(v, int | float) or v != v or top <= 0:
                 continue
-            n = int(round(40 * float(v) / top))
+            n = round(40 * float(v) / top)
             out.append(f"  {label:<11}{'█' * n:<41}{fmt_seconds(float(v))}\n")
         head = r.get("headroom")
         if isinstance(head, float) and head == head:
