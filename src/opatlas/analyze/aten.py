@@ -3,6 +3,7 @@ FLOPs, minimum bytes and GEMMs for one call. Unknown ops map to None (an "other"
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,6 +115,18 @@ def _attention(name: str, dims: list[list[int]], w: int, backward: bool) -> Mapp
     return Mapped("attention", "fwd", fwd, nbytes, shape, word=w)
 
 
+GEMMS = {"linear", "addmm", "mm", "bmm", "baddbmm", "matmul"}
+
+
+@functools.lru_cache(maxsize=4096)
+def maybe_catalog(name: str) -> bool:
+    """Whether an op of this name can map at all (cheap, by name only)."""
+    short = name.removeprefix("aten::")
+    base = short.removesuffix("_backward").removesuffix("_backward_data").removesuffix("_dense")
+    return (short in GEMMS or any(short.startswith(a) for a in ATTENTION) or base in ROWWISE
+            or "adam" in short or short.startswith("_foreach_") or short in ("sgd", "_fused_sgd_"))
+
+
 def map_op(name: str, args: dict[str, Any]) -> Mapped | None:
     """The catalog op of one profiled op call, or None when it is not one of them."""
     dims, types = _tensors(args)
@@ -147,4 +160,4 @@ def backward_of(m: Mapped) -> Mapped:
     return Mapped(m.op, "bwd", m.flops, m.bytes, m.shape, m.gemms, m.word)
 
 
-__all__ = ["Mapped", "backward_gemms", "backward_of", "map_op"]
+__all__ = ["Mapped", "backward_gemms", "backward_of", "map_op", "maybe_catalog"]

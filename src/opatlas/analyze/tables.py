@@ -44,6 +44,8 @@ def fmt(value: Any, col: Column | None) -> str:
         return json.dumps(value)
     if _missing(value):
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, str) or col is None:
         return str(value)
     unit = col.unit
@@ -65,7 +67,7 @@ def fmt(value: Any, col: Column | None) -> str:
 
 def highlight(value: Any, col: Column | None) -> str | None:
     """'good', 'warn' or 'bad' for a cell PyBuda would colour, else None."""
-    if col is None or _missing(value) or isinstance(value, str | dict | list):
+    if col is None or _missing(value) or isinstance(value, str | dict | list | bool):
         return None
     v = float(value)
     if col.role == "util":
@@ -104,7 +106,16 @@ def group_summary(analysis: Analysis) -> pd.DataFrame:
 
 
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
-                "estimation_error_label"}
+                "estimation_error_label", "word_bytes", "stage", "total_time_s"}
+
+
+def _unit_of(key: str) -> str:
+    """A summary value's unit from its key's suffix."""
+    for suffix, unit in (("flops_s", "FLOP/s"), ("bytes_s", "B/s"), ("per_s", ""),
+                         ("_bytes", "B"), ("_s", "s")):
+        if key.endswith(suffix):
+            return unit
+    return ""
 
 
 def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
@@ -127,12 +138,8 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
     for k, v in s.items():
         if k in shown or k in SUMMARY_SKIP or isinstance(v, dict | list):
             continue
-        unit = "s" if k.endswith("_s") and not k.endswith("flops_s") and not k.endswith(
-            "bytes_s") else "FLOP/s" if k.endswith("flops_s") else "B/s" if k.endswith(
-            "bytes_s") else ""
-        items.append((k.replace("_", " "), fmt(v, Column(key=k, label=k, unit=unit,
-                                                          role="count" if unit else "text")),
-                      None))
+        items.append((k.replace("_", " "), fmt(v, Column(key=k, label=k, unit=_unit_of(k),
+                                                          role="count")), None))
     return items
 
 

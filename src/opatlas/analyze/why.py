@@ -131,7 +131,7 @@ WHY_COLUMNS = [
     Column(key="achieved_bytes_s", label="B/s", role="rate", unit="B/s"),
     Column(key="util_compute", label="util", role="util", unit="%",
            help="achieved FLOP/s over the device's peak"),
-    Column(key="util_memory", label="mem util", role="util", unit="%",
+    Column(key="util_memory", label="mem util", role="ratio", unit="%",
            help="achieved bytes/s over the device's bandwidth"),
     Column(key="roofline_time_s", label="roofline", role="bound", unit="s",
            help="max(FLOPs / peak, minimum bytes / bandwidth)"),

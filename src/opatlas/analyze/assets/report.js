@@ -190,7 +190,7 @@ function timeline() {
   const lanes = [];
   for (const b of B) { const k = b.stage + "|" + b.lane; if (!lanes.includes(k)) lanes.push(k); }
   lanes.sort((a, b) => { const [sa, la] = a.split("|"), [sb, lb] = b.split("|");
-    return (+sa - +sb) || ["compute", "tp", "dp", "p2p"].indexOf(la) - ["compute", "tp", "dp", "p2p"].indexOf(lb); });
+    return (+sa - +sb) || ["compute", "tp", "ep", "dp", "p2p"].indexOf(la) - ["compute", "tp", "ep", "dp", "p2p"].indexOf(lb); });
   const span = Math.max(...B.map(b => b.start_s + b.dur_s)), t0 = Math.min(...B.map(b => b.start_s));
   const W = 1000, L = 110, R = 10, rowH = 18, H = 30 + rowH * lanes.length; frame(svg, W, H);
   const sx = t => L + (t - t0) / (span - t0 || 1) * (W - L - R);

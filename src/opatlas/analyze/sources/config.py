@@ -236,20 +236,17 @@ def _summary(est: Any, peaks: Peaks, rows: pd.DataFrame, total: float) -> dict[s
         pred, meas = rows.loc[hit, "predicted_time_s"].sum(), rows.loc[hit, "measured_time_s"].sum()
         out["estimation_error"] = float((pred - meas) / meas)
         out["predicted_step_time_s"] = est.step_time_s
-    timeline = _timeline(est)
-    if timeline is not None:
-        out["timeline"] = timeline
+    out["timeline"] = _timeline(est)
     return out
 
 
-def _timeline(est: Any) -> list[dict[str, Any]] | None:
+def _timeline(est: Any) -> list[dict[str, Any]]:
     """The pipeline schedule's blocks (opatlas.analyze.timeline), for the report's timeline."""
-    try:
-        from opatlas.analyze.timeline import step_timeline
-    except ImportError:
-        return None
+    from opatlas.analyze.timeline import step_timeline
+
     return [{k: getattr(b, k) for k in ("stage", "lane", "name", "micro_batch", "chunk", "kind",
-                                        "start_s", "dur_s")} for b in step_timeline(est)]
+                                        "start_s", "dur_s")}
+            for b in step_timeline(est) if b.depth == 0]  # the schedule; ops inside are rows
 
 
 register(SourceKind("config", detect, read,

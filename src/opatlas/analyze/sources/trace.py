@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opatlas.analyze.aten import Mapped, backward_of, map_op
+from opatlas.analyze.aten import Mapped, backward_of, map_op, maybe_catalog
 from opatlas.analyze.chrome import Events, load_trace, nest, split_events
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
@@ -89,6 +89,7 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
     owner = np.full(len(order), -1, dtype=np.int64)
     backward = np.zeros(len(order), dtype=bool)
     mapped: dict[int, Mapped] = {}
+    cache: dict[tuple[str, str, str], Mapped | None] = {}
     par = parent.tolist()
     for i, name in enumerate(names):
         p = par[i]
@@ -97,7 +98,7 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
         if p >= 0 and owner[p] >= 0:
             owner[i] = owner[p]
             continue
-        m = map_op(name, ev.args[order[i]]) if is_op[i] else None
+        m = _mapped(name, ev.args[order[i]], cache) if is_op[i] else None
         if m is not None:
             owner[i] = i
             mapped[i] = backward_of(m) if backward[i] and m.pass_ == "fwd" else m
@@ -135,6 +136,17 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
             if key in acc:
                 acc[key][1] += 1
     return _table(acc, mapped, names, bool(len(kernels))), busy * 1e-6, mode
+
+
+def _mapped(name: str, args: dict[str, Any], cache: dict[tuple[str, str, str], Mapped | None]
+            ) -> Mapped | None:
+    """map_op, once per distinct (name, shapes, dtypes): a trace repeats the same calls."""
+    if not maybe_catalog(name):
+        return None
+    key = (name, str(args.get("Input Dims")), str(args.get("Input type")))
+    if key not in cache:
+        cache[key] = map_op(name, args)
+    return cache[key]
 
 
 def _table(acc: dict[Any, list[float]], mapped: dict[int, Mapped], names: list[str],
