@@ -89,6 +89,7 @@ def analyze(
         typer.echo(json.dumps(analysis.to_json()))
         return
     if tui or (sys.stdout.isatty() and not any((trace, html, csv, save))):
-        api.run_app(analysis, source=source, kind=kind, measured=measured, device=device)
+        api.run_app(analysis, source=source, kind=kind, measured=measured, device=device,
+                    extra=extra or None)
     elif not any((trace, html, csv, save)):
         api.print_table(analysis)
