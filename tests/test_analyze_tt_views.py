@@ -143,3 +143,71 @@ def test_html_report_in_headless_chromium(tmp_path):
                 page.close()
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------- the terminal app
+
+def _cells(app, table_id: str) -> list[list[str]]:
+    from textual.widgets import DataTable
+
+    t = app.screen.query_one(table_id, DataTable)
+    return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+
+
+def test_pybuda_run_in_the_terminal_app(tmp_path):
+    pytest.importorskip("textual", reason="the terminal app is opatlas[tui]")
+    import asyncio
+
+    from textual.widgets import DataTable, Static
+
+    from opatlas.analyze.tui import AnalyzerApp, DetailScreen, StageScreen
+
+    make_run(tmp_path / "run")
+    a = api.analyze(tmp_path / "run")
+
+    async def drive() -> None:
+        app = AnalyzerApp(a, {"source": str(tmp_path / "run")})
+        async with app.run_test(size=(200, 50)) as pilot:
+            cards = str(app.screen.query_one("#cards", Static).render())
+            assert "58,823 samples/s" in cards and "approx. utilization" in cards
+            assert [r[0] for r in _cells(app, "#groups")] == ["0", "1"]  # the epochs
+            await pilot.press("e")
+            assert isinstance(app.screen, StageScreen)
+            assert [r[0] for r in _cells(app, "#ops")] == ["gelu0", "mm0"]  # slowest first
+            table = app.screen.query_one("#ops", DataTable)
+            labels = [c.label.plain for c in table.columns.values()]
+            bw_util = table.get_row_at(0)[labels.index("bw_util")]
+            assert "red" in str(bw_util.style)  # gelu0's 10% bandwidth-bound utilization
+            await pilot.press("n")
+            assert [r[0] for r in _cells(app, "#ops")] == ["add0"]
+            await pilot.press("enter")
+            assert isinstance(app.screen, DetailScreen)
+            assert "add0" in str(app.screen.query_one("#detail", Static).render())
+            await pilot.press("escape", "r")  # reload reads the folder again
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_ttmetal_profile_in_the_terminal_app():
+    pytest.importorskip("textual", reason="the terminal app is opatlas[tui]")
+    import asyncio
+
+    from opatlas.analyze.tui import AnalyzerApp, StageScreen
+
+    a = api.analyze(REAL_CSV, extra={"ignore_signposts": True})
+
+    async def drive() -> None:
+        app = AnalyzerApp(a)
+        async with app.run_test(size=(200, 50)) as pilot:
+            assert [r[0] for r in _cells(app, "#groups")] == ["0"]  # one device
+            await pilot.press("e")
+            assert isinstance(app.screen, StageScreen)
+            rows = _cells(app, "#ops")
+            assert len(rows) == 500  # the first page of 621 ops
+            assert "ReshapeDeviceOperation" in " ".join(rows[0])  # the longest op first
+            await pilot.press("right_square_bracket")
+            assert len(_cells(app, "#ops")) == 121
+            await pilot.press("h", "escape", "s", "q")
+
+    asyncio.run(drive())
