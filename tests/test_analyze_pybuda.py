@@ -359,3 +359,32 @@ def test_invalid_yaml_is_one_paragraph(tmp_path):
     with pytest.raises(OpatlasError, match=r"broken_netlist\.yaml is not a usable PyBuda "
                                            r"netlist: it is not valid YAML"):
         load_netlist(p)
+
+
+def test_two_chips_one_temporal_epoch(tmp_path):
+    """Two spatial graphs (one per chip) of temporal epoch 0 run at the same time: merged into
+    one epoch whose cores are both chips'; with -s they are two epochs of one chip each."""
+    doc = yaml.safe_load(yaml.safe_dump(NETLIST))
+    g0 = doc["graphs"].pop("fwd_0_0_temporal_epoch_0")
+    g1 = doc["graphs"].pop("fwd_0_1_temporal_epoch_1")
+    g1["target_device"] = 1
+    doc["graphs"] = {"fwd_0_0_temporal_epoch_0": g0, "fwd_0_1_temporal_epoch_0": g1}
+    for ins in doc["programs"][0]["run_fwd_0"]:
+        if "execute" in ins and ins["execute"]["graph_name"].endswith("epoch_1"):
+            ins["execute"]["graph_name"] = "fwd_0_1_temporal_epoch_0"
+    make_run(tmp_path)
+    (tmp_path / "model_netlist.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    nl = load_netlist(tmp_path / "model_netlist.yaml")
+    assert nl.temporal == [0, 0] and nl.device_count == 2
+    res = tmp_path / "perf_results" / "analyzer_results"
+    (res / "fwd_0_1").rename(res / "fwd_0_1_temporal_epoch_0")
+    merged = read(tmp_path).summary
+    assert merged["epochs"] == 1 and merged["epoch_summary"][0]["ops"] == 3
+    e = merged["epoch_summary"][0]
+    assert e["pipeline_cycles"] == 15000  # gelu0 still the slowest
+    # (4·48·12500 + 2·10·15000 + 1·20·2000) / 15000 / (72·2 cores) = 1.268 -> 1.2
+    assert e["util"] == 1.2
+    spatial = read(tmp_path, options=ReadOptions(extra={"spatial_epochs": True})).summary
+    assert spatial["epochs"] == 2 and spatial["epoch_kind"] == "spatial"
+    assert spatial["epoch_summary"][0]["util"] == 2.5  # 72 cores: one chip
+    assert spatial["overall_speed"] == 58823  # 1e9 / (15000 + 2000)

@@ -124,7 +124,8 @@ def _shape(op: Any) -> dict[str, Any]:
 def _common(op: Any, epoch: int, clock: float) -> dict[str, Any]:
     return {"op": op.name, "pass": op.pass_, "calls": 1, "group": epoch, "epoch": epoch,
             "type": op.type, "graph": op.graph, "grid": f"{op.grid[0]}x{op.grid[1]}",
-            "cores": op.cores, "mb": f"{op.mblock[0]},{op.mblock[1]}",
+            "cores": op.cores, "tiles": op.tiles_per_core * op.cores,
+            "mb": f"{op.mblock[0]},{op.mblock[1]}",
             "ub": f"{op.ublock[0]},{op.ublock[1]}", "t": op.t, "m/u_kt": _mukt(op),
             "flops": matmul_flops(op), "bytes": tensor_bytes(op), "shape": _shape(op)}
 
@@ -275,6 +276,7 @@ def _cols_estimate() -> list[Column]:
             Column(key="type", label="type"), Column(key="grid", label="grid"),
             Column(key="mb", label="mb"), Column(key="ub", label="ub"),
             Column(key="t", label="t", role="count"), Column(key="m/u_kt", label="m/u_kt"),
+            Column(key="tiles", label="tiles", role="count", help="output tiles per input"),
             Column(key="estimated_cycles", label="est", role="estimated", unit="cycles",
                    help="the backend op model's kernel cycles per input"),
             Column(key="theoretical_cycles", label="theoretical", role="bound", unit="cycles",
@@ -304,6 +306,7 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
                                                  else op.temporal_epoch), nl.clock_hz,
                                        fan.get(op.name))
                          for op, est in result.ops])
+    check = matmul_check()
     unmodelled = result.model_summary["unmodelled_ops"]
     notes = [f"{unmodelled} op(s) of {netlist} have no op model (sparse matmuls): they count "
              f"0 cycles in the estimate"] if unmodelled else []
@@ -315,7 +318,10 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
                "epoch_summary": result.epoch_summary,
                "reblocking": [e for e in result.reblocking if e["reblock"]],
                "edges": len(result.reblocking),
-               "opmodel_check": matmul_check(), "notes": notes}
+               "opmodel_check": check,
+               "opmodel_matmul_mean_error_pct": check["mean_abs_error_pct"],
+               "reblocking_edges": sum(1 for e in result.reblocking if e["reblock"]),
+               "notes": notes}
     return Analysis(Source(kind=KIND, path=str(netlist)), summary, rows, _cols_estimate(),
                     group_label="epoch")
 
