@@ -93,6 +93,15 @@ def test_multi_device_per_device_and_merged(tmp_path):
     assert a.summary["merged"]["device_time_us"] == pytest.approx(_sum(theirs["Device Time"]))
     assert a.summary["merged"]["device_time_us"] == pytest.approx(per["1"]["device_time_us"])
     assert len(a.rows) == 2 * per["0"]["device_ops"]
+    assert not [n for n in a.summary["notes"] if n.startswith("tt-perf-report")]
+
+
+def test_tt_perf_report_warnings_become_notes(tmp_path):
+    path = _two_devices(tmp_path)
+    df = pd.read_csv(path)
+    df.drop(index=df.index[-1]).to_csv(path, index=False)  # device 1 lacks its last op
+    a = read(path)
+    assert any("Device 1 is missing operation" in n for n in a.summary["notes"])
 
 
 def test_matmul_bound_is_orojenesis_at_the_cores_l1():

@@ -98,8 +98,13 @@ def load(path: str | Path, window: Window | None = None, strict: bool = False) -
     path, window = Path(path), window or Window()
     df = read_csv(path)
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):  # tt-perf-report prints its progress
+    tpr.set_color_output(False, True)
+    with contextlib.redirect_stdout(out):  # tt-perf-report prints its progress ...
         report = _run(tpr, path, df, window, strict)
+    # ... and its warnings (unclassified ops, invalid durations, ops missing on a device),
+    # which become notes rather than vanish
+    report.notes += [f"tt-perf-report: {line.strip()}" for line in out.getvalue().splitlines()
+                     if line.lstrip().startswith("Warning")]
     return report
 
 
