@@ -388,3 +388,26 @@ def test_two_chips_one_temporal_epoch(tmp_path):
     assert spatial["epochs"] == 2 and spatial["epoch_kind"] == "spatial"
     assert spatial["epoch_summary"][0]["util"] == 2.5  # 72 cores: one chip
     assert spatial["overall_speed"] == 58823  # 1e9 / (15000 + 2000)
+
+
+def test_op_perf_with_wrong_header_and_strict(tmp_path):
+    make_run(tmp_path / "run")
+    (tmp_path / "run" / "op_perf.csv").write_text("name, kind\nmm0, matmul\n")
+    with pytest.raises(OpatlasError, match=r"op_perf\.csv.*cycles, limiter_cycles, tiles"):
+        read(tmp_path / "run")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "model_netlist.yaml").write_text((tmp_path / "run" / "model_netlist.yaml")
+                                              .read_text())
+    with pytest.raises(OpatlasError, match="--strict asks for measured results"):
+        read(alone, options=ReadOptions(strict=True))
+
+
+def test_grayskull_runs_are_read_but_not_estimated(tmp_path):
+    netlist = make_run(tmp_path / "run")
+    netlist.write_text(netlist.read_text().replace("wormhole_b0", "grayskull"))
+    s = read(tmp_path / "run").summary
+    assert s["overall_speed"] == int(1.2e9 / 17000)  # Grayskull's 1.2 GHz clock
+    assert s["core_count"] == 110  # its assumed [11, 10] grid
+    with pytest.raises(OpatlasError, match="Wormhole B0 only, not grayskull"):
+        read(netlist, options=ReadOptions(extra={"dir": tmp_path / "elsewhere"}))

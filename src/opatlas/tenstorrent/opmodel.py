@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from opatlas.errors import OpatlasError
 from opatlas.tenstorrent.netlist import Netlist, NetOp
 
 MATH_FIDELITY = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
@@ -38,7 +39,9 @@ PCIE_BW = 24.0
 @cache
 def params(arch: str = "wormhole_b0") -> dict[str, dict[str, dict[str, float]]]:
     if arch not in ("wormhole_b0", "wormhole"):
-        raise NotImplementedError(arch)
+        raise OpatlasError(f"the netlist-only estimate needs the backend op model's fitted "
+                           f"parameters, bundled for Wormhole B0 only, not {arch}; a run "
+                           f"folder with perf_results is analysed for any arch")
     f = resources.files("opatlas") / "data" / "tt-buda" / "op_model_params_wormhole_b0_v3.yaml"
     return yaml.safe_load(f.read_text())
 
