@@ -98,10 +98,10 @@ class StageScreen(Screen):
     BINDINGS: ClassVar = [
         Binding("n", "group(1)", "next"), Binding("p", "group(-1)", "previous"),
         Binding("f", "full", "full names"), Binding("j", "move(1)", "down", show=False),
-        Binding("k", "move(-1)", "up", show=False), Binding("less_than_sign", "sort(-1)", "sort <"),
-        Binding("greater_than_sign", "sort(1)", "sort >"),
-        Binding("right_square_bracket", "page(1)", "page ]"),
-        Binding("left_square_bracket", "page(-1)", "page [")]
+        Binding("k", "move(-1)", "up", show=False), Binding("less_than_sign", "sort(-1)", "sort ←"),
+        Binding("greater_than_sign", "sort(1)", "sort →"),
+        Binding("right_square_bracket", "page(1)", "next page", show=False),
+        Binding("left_square_bracket", "page(-1)", "previous page", show=False)]
 
     def __init__(self) -> None:
         super().__init__()
