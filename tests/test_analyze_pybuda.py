@@ -217,6 +217,9 @@ def test_run_folder_rows_columns_and_highlights(tmp_path):
     assert "in0 below required" in mm0["flags"] and "out below required" in gelu0["flags"]
     assert mm0["flops"] == 2 * (2 * 2 * 2 * 32) * (4 * 2 * 32) * (2 * 2 * 2 * 32)
     assert mm0["grid"] == "2x2" and mm0["epoch"] == 0 and add0["epoch"] == 1
+    (edge,) = a.summary["reblocking"]  # the netlist's report comes with the run's figures
+    assert (edge["producer"], edge["consumer"], edge["fan_in"]) == ("mm0", "gelu0", 2)
+    assert gelu0["max_fan_in"] == 2
     assert a.group_label == "epoch" and a.groups() == [0, 1]
     keys = {c.key for c in a.columns}
     assert {"estimated_cycles", "kernel_cycles", "bw_kernel_cycles", "bw_problem"} <= keys

@@ -197,6 +197,8 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
     for i in range(n_in):
         cols += [Column(key=f"in{i}_req", label=f"in{i}_req", role="rate", unit="B/cycle"),
                  Column(key=f"in{i}_bw", label=f"in{i}_bw", role="rate", unit="B/cycle")]
+    cols.append(Column(key="max_fan_in", label="fan-in", role="count",
+                       help="most producer cores one core of this op gathers an input from"))
     cols.append(Column(key="flags", label="flags",
                        help="highlights of PyBuda's perf analyzer: bad/good m_k/u_kt, a pipe "
                             "below its required bandwidth"))
@@ -224,7 +226,10 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
     run = load_run(netlist, folder, spatial)
     clock = run.netlist.clock_hz
     n_in = min(8, max(len(r["input_bws"]) for ops in run.epochs for r in ops))
-    rows = pd.DataFrame([_measured_row(r, clock, n_in) for ops in run.epochs for r in ops])
+    edges = _edges(run.netlist, spatial)
+    fan = _max_fan_in(edges)
+    rows = pd.DataFrame([{**_measured_row(r, clock, n_in), "max_fan_in": fan.get(r["name"])}
+                         for ops in run.epochs for r in ops])
     ms = run.model_summary
     summary = {**_summary_head(run.netlist, spatial), "mode": "measured",
                "title": f"PyBuda run {folder}", "throughput": ms["overall_speed"],
@@ -236,10 +241,27 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                **run.model_summary, "samples_per_s": run.model_summary["overall_speed"],
                "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
                "epoch_summary": run.epoch_summary, "files": run.files,
+               "reblocking": [e for e in edges if e["reblock"]],
+               "reblocking_edges": sum(1 for e in edges if e["reblock"]),
                "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
                                   "max() on a display name and takes the first op)"}
     return Analysis(Source(kind=KIND, path=str(folder)), summary, rows,
                     _cols_measured(run.has_estimates, n_in), group_label="epoch")
+
+
+def _edges(nl: Any, spatial: bool) -> list[dict[str, Any]]:
+    """The netlist's reblocking report (producer→consumer edges inside each epoch)."""
+    from opatlas.tenstorrent.pybuda_estimate import epochs_of, reblocking
+
+    return [e for i, ops in enumerate(epochs_of(nl, spatial)) for e in reblocking(i, ops)]
+
+
+def _max_fan_in(edges: list[dict[str, Any]]) -> dict[str, int]:
+    fan: dict[str, int] = {}
+    for e in edges:
+        if e["fan_in"] is not None:
+            fan[e["consumer"]] = max(fan.get(e["consumer"], 0), e["fan_in"])
+    return fan
 
 
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
@@ -298,10 +320,7 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
 
     nl = load_netlist(netlist)
     result = estimate_netlist(nl, spatial)
-    fan: dict[str, int] = {}
-    for e in result.reblocking:
-        if e["fan_in"] is not None:
-            fan[e["consumer"]] = max(fan.get(e["consumer"], 0), e["fan_in"])
+    fan = _max_fan_in(result.reblocking)
     rows = pd.DataFrame([_estimate_row(op, est, (op.spatial_epoch if spatial
                                                  else op.temporal_epoch), nl.clock_hz,
                                        fan.get(op.name))
