@@ -163,3 +163,8 @@ def test_detect_save_load_and_bad_header(tmp_path):
     bad.write_text("OP,TYPE\nMatmul,x\n")
     with pytest.raises(OpatlasError, match=r"ops_perf_results_bad\.csv.*DEVICE KERNEL DURATION"):
         read(bad)
+
+
+def test_unknown_signpost_is_an_error():
+    with pytest.raises(OpatlasError, match=r"no signpost 'Nope' \(its signposts: OftNet module "):
+        read(REAL, options=ReadOptions(extra={"start_signpost": "Nope"}))

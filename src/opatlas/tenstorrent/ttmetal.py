@@ -123,6 +123,10 @@ def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Rep
         df = df.sort_values(by="HOST START TS")
     signposts = df.loc[df["OP TYPE"] == "signpost", "OP CODE"].astype(str).tolist()
     notes: list[str] = []
+    for name in (w.start_signpost, w.end_signpost):
+        if name is not None and name not in signposts:
+            known = ", ".join(dict.fromkeys(signposts)) or "none"
+            raise OpatlasError(f"{path} has no signpost {name!r} (its signposts: {known})")
     window = _window_text(w, signposts)
     sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
     if sel.empty and not df[df["OP TYPE"] != "signpost"].empty and not (
