@@ -17,6 +17,7 @@ from opatlas.errors import OpatlasError
 KIND = "pybuda"
 # a core's matmul peak: one 32x32x32 tile product per 16 cycles at LoFi (§B.4's tile_weight)
 MATMUL_FLOP_PER_CYCLE = 2 * 32**3 / 16
+WH_L1_BYTES = 1464 * 1024  # a Wormhole core's L1 (MEM_L1_SIZE)
 WH_DRAM_BYTES_S = 288e9  # Wormhole n150 DRAM bandwidth (as tt-perf-report's Wormhole spec)
 
 
@@ -84,14 +85,18 @@ def _err(est: float | None, actual: float) -> float | None:
     return abs(est - actual) / actual
 
 
-def matmul_flops(op: Any) -> float:
-    """2·M·K·N per input for a dense matmul (tiles of 32x32)."""
+def gemm_dims(op: Any) -> list[int] | None:
+    """[t, M, K, N] of a dense matmul (tiles of 32x32), else None."""
     if op.type != "matmul" or op.u_kt is None or op.is_sparse:
-        return 0.0
-    m = op.grid[0] * op.mblock[0] * op.ublock[0] * 32
-    n = op.grid[1] * op.mblock[1] * op.ublock[1] * 32
-    k = op.m_k * op.u_kt * 32
-    return 2.0 * m * k * n * op.t
+        return None
+    return [op.t, op.grid[0] * op.mblock[0] * op.ublock[0] * 32, op.m_k * op.u_kt * 32,
+            op.grid[1] * op.mblock[1] * op.ublock[1] * 32]
+
+
+def matmul_flops(op: Any) -> float:
+    """2·M·K·N·t per input for a dense matmul."""
+    g = gemm_dims(op)
+    return 0.0 if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
 
 
 def tensor_bytes(op: Any) -> float:
@@ -127,7 +132,8 @@ def _common(op: Any, epoch: int, clock: float) -> dict[str, Any]:
             "cores": op.cores, "tiles": op.tiles_per_core * op.cores,
             "mb": f"{op.mblock[0]},{op.mblock[1]}",
             "ub": f"{op.ublock[0]},{op.ublock[1]}", "t": op.t, "m/u_kt": _mukt(op),
-            "flops": matmul_flops(op), "bytes": tensor_bytes(op), "shape": _shape(op)}
+            "flops": matmul_flops(op), "bytes": tensor_bytes(op), "shape": _shape(op),
+            "gemm": gemm_dims(op)}
 
 
 def _measured_row(rec: dict[str, Any], clock: float, n_in: int) -> dict[str, Any]:
@@ -217,7 +223,8 @@ def _common_cols(time_role: str, bound_help: str) -> list[Column]:
             Column(key="bytes", label="bytes", role="count", unit="B",
                    help="tensor bytes read and written per input"),
             Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
-            Column(key="util_compute", label="util (weighting)", role="util", unit="%")]
+            Column(key="util_compute", label="util (weighting)", role="util", unit="%"),
+            Column(key="gemm", label="gemm [t, M, K, N]", role="shape")]
 
 
 def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Analysis:
@@ -238,7 +245,7 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                "estimation_error": (None if ms["kernel_estimation_error"] is None
                                     else ms["kernel_estimation_error"] / 100),
                "estimation_error_label": "kernel estimate error",
-               **run.model_summary, "samples_per_s": run.model_summary["overall_speed"],
+               **run.model_summary,
                "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
                "epoch_summary": run.epoch_summary, "files": run.files,
                "reblocking": [e for e in edges if e["reblock"]],
@@ -272,7 +279,7 @@ def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
             "core_count": nl.core_count, "device_count": nl.device_count,
             "epochs": (len(nl.graphs) if spatial else max(nl.temporal) + 1),
             "epoch_kind": "spatial" if spatial else "temporal", "ops": len(nl.all_ops()),
-            "rate_unit": "samples/s"}
+            "word_bytes": 2, "onchip_bytes": WH_L1_BYTES * nl.core_count * nl.device_count}
 
 
 # ---------------------------------------------------------------- the netlist alone
@@ -332,7 +339,7 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
                "title": f"PyBuda netlist {netlist.name} (estimate)",
                "throughput": result.model_summary["overall_speed"],
-               **result.model_summary, "samples_per_s": result.model_summary["overall_speed"],
+               **result.model_summary,
                "time_per_input_s": result.model_summary["pipeline_cycles"] / nl.clock_hz,
                "epoch_summary": result.epoch_summary,
                "reblocking": [e for e in result.reblocking if e["reblock"]],
