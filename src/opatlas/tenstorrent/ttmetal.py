@@ -109,11 +109,15 @@ def load(path: str | Path, window: Window | None = None, strict: bool = False) -
 
 
 def _arch_spec(tpr: Any, df: pd.DataFrame, arch: str | None) -> tuple[Any, Any]:
+    """The CSV's format and tt-perf-report's architecture (from the file in v2.1)."""
     fmt = tpr.detect_csv_format(df)
-    if fmt == tpr.CsvFormat.V2_1:
-        arch = arch or tpr.ArchitectureSpec._get_arch_name_from_df(df)
-        return fmt, tpr.ArchitectureSpec.from_df(df, arch)
-    return fmt, tpr.ArchitectureSpec.from_name(arch)
+    try:
+        if fmt == tpr.CsvFormat.V2_1:
+            arch = arch or tpr.ArchitectureSpec._get_arch_name_from_df(df)
+            return fmt, tpr.ArchitectureSpec.from_df(df, arch)
+        return fmt, tpr.ArchitectureSpec.from_name(arch)
+    except ValueError as exc:  # an architecture tt-perf-report does not know
+        raise OpatlasError(f"tt-perf-report cannot analyse this profile: {exc}") from None
 
 
 def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Report:
@@ -122,23 +126,7 @@ def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Rep
     if "HOST START TS" in df.columns and not w.tracing_mode:
         df = df.sort_values(by="HOST START TS")
     signposts = df.loc[df["OP TYPE"] == "signpost", "OP CODE"].astype(str).tolist()
-    notes: list[str] = []
-    for name in (w.start_signpost, w.end_signpost):
-        if name is not None and name not in signposts:
-            known = ", ".join(dict.fromkeys(signposts)) or "none"
-            raise OpatlasError(f"{path} has no signpost {name!r} (its signposts: {known})")
-    window = _window_text(w, signposts)
-    sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
-    if sel.empty and not df[df["OP TYPE"] != "signpost"].empty and not (
-            w.start_signpost or w.end_signpost):
-        msg = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
-               f"tt-perf-report analyses by default; analysing the whole file instead "
-               f"(tt-perf-report --ignore-signposts). Name a range with start/end signposts.")
-        if strict:
-            raise OpatlasError(msg)
-        notes.append(msg)  # the CLI says notes on stderr
-        sel = tpr.filter_by_signpost(df, None, None, True, False)
-        window = "whole file (signposts ignored)"
+    sel, window, notes = _select(tpr, path, df, w, signposts, strict)
     devices = sorted(int(d) for d in sel["DEVICE ID"].dropna().unique())
     # tt-perf-report merges whenever a device is named; with one device the merge returns the
     # same rows in the same order, so it is skipped (the totals test checks they agree)
@@ -155,6 +143,26 @@ def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Rep
             per_device["host"] = analyze_rows(tpr, sel[lone], fmt, spec)
     return Report(path, spec, spec.name, spec.worker_cores, fmt, window, signposts, devices,
                   per_device, merged, notes)
+
+
+def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[str],
+            strict: bool) -> tuple[pd.DataFrame, str, list[str]]:
+    """tt-perf-report's signpost window: (rows, its description, notes)."""
+    for name in (w.start_signpost, w.end_signpost):
+        if name is not None and name not in signposts:
+            known = ", ".join(dict.fromkeys(signposts)) or "none"
+            raise OpatlasError(f"{path} has no signpost {name!r} (its signposts: {known})")
+    sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
+    named = bool(w.start_signpost or w.end_signpost)
+    if not sel.empty or named or df[df["OP TYPE"] != "signpost"].empty:
+        return sel, _window_text(w, signposts), []
+    msg = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
+           f"tt-perf-report analyses by default; analysing the whole file instead "
+           f"(tt-perf-report --ignore-signposts). Name a range with start/end signposts.")
+    if strict:
+        raise OpatlasError(msg)
+    return (tpr.filter_by_signpost(df, None, None, True, False),
+            "whole file (signposts ignored)", [msg])  # the CLI says notes on stderr
 
 
 def _window_text(w: Window, signposts: list[str]) -> str:
