@@ -54,8 +54,8 @@ def summary_table(df: pd.DataFrame) -> Table:
 
 def _extensions() -> list:
     """Later stages (bounds, fit, predict, estimate) add their part of the demo here."""
-    from opatlas.bounds.demo import demo_bound
     from opatlas.analyze.demo import demo_analyze
+    from opatlas.bounds.demo import demo_bound
     from opatlas.estimate.demo import demo_estimate
     from opatlas.fit.demo import demo_fit
 
