@@ -10,9 +10,13 @@ import pytest
 
 pytest.importorskip("textual", reason="the terminal app needs Textual (opatlas[tui])")
 
-from opatlas.analyze import Analysis, Column, Source  # noqa: E402
-from opatlas.analyze import tui  # noqa: E402
-from opatlas.analyze.tui import (  # noqa: E402
+from opatlas.analyze import (
+    Analysis,
+    Column,
+    Source,
+    tui,
+)
+from opatlas.analyze.tui import (
     AnalyzerApp,
     DetailScreen,
     HelpScreen,

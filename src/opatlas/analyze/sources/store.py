@@ -155,8 +155,8 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str]) -> dict[st
         "utilization": float(np.nanmedian(rows["util_compute"])) if len(rows) else None,
         "utilization_label": "median FLOP util"}
     if err.notna().any():
-        out["estimation_error"] = float(err.mean())
-        out["estimation_error_label"] = "mean |error| (held out)"
+        out["estimation_error"] = float(err.median())
+        out["estimation_error_label"] = "median |error| (held out)"
     if len(devices) == 1:
         out["device"] = devices[0]
         out["peak_flops_s"] = float(rows["device_peak_flops_s"].iloc[0])
