@@ -111,7 +111,9 @@ def kernel_cycles(op: NetOp, arch: str) -> tuple[int | None, str]:
     num_tiles = num_ublocks * op.ublock[0] * op.ublock[1]
     if op.type == "matmul":
         if op.is_sparse:
-            return None, "sparse matmul: not modelled (needs the sparse tile counts)"
+            # the backend's sparse formulas take the sparse tensor's non-zero tile, ublock and
+            # strip counts, which PyBuda computes from the tensor; the netlist does not carry them
+            return None, "sparse matmul: not modelled (its non-zero tile count is not in the netlist)"
         if op.u_kt is None:
             return None, "matmul without m_k/u_kt attributes"
         key, p = param_set(table["matmul"], _tags(op))

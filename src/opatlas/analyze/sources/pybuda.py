@@ -334,8 +334,9 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
                          for op, est in result.ops])
     check = matmul_check()
     unmodelled = result.model_summary["unmodelled_ops"]
-    notes = [f"{unmodelled} op(s) of {netlist} have no op model (sparse matmuls): they count "
-             f"0 cycles in the estimate"] if unmodelled else []
+    notes = [f"{unmodelled} op(s) of {netlist} have no op model (sparse matmuls: the netlist "
+             f"lacks their non-zero tile counts): they count 0 cycles in the estimate"
+             ] if unmodelled else []
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
                "title": f"PyBuda netlist {netlist.name} (estimate)",
                "throughput": result.model_summary["overall_speed"],
