@@ -13,10 +13,13 @@ from opatlas.errors import OpatlasError
 
 def analyze(
     source: str | None = typer.Argument(None, help="A training config (or bundled name), a "
-                                                   "results store (.duckdb) or a torch.profiler "
-                                                   "trace (.json, .json.gz)."),
+                                                   "results store (.duckdb), a torch.profiler "
+                                                   "trace (.json, .json.gz), a PyBuda run folder "
+                                                   "or netlist, or a tt-metal ops_perf_results "
+                                                   "CSV."),
     kind: str | None = typer.Option(None, "--kind", help="Source kind, when auto-detection "
-                                                         "cannot tell: config, store, trace ..."),
+                                                         "cannot tell: config, store, trace, pybuda, "
+                                                         "ttmetal."),
     as_json: bool = typer.Option(False, "--json", help="Print the analysis as one JSON object."),
     csv: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report."),
