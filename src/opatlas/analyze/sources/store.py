@@ -14,7 +14,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_COLUMNS, Peaks, backward_gemms, explain, gemm_of
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, backward_gemms, explain, gemm_of
 from opatlas.errors import OpatlasError
 
 FOLDS = 5
@@ -30,9 +30,10 @@ COLUMNS = [
            help="by a model fitted without this row (5-fold cross-validation)"),
     Column(key="error", label="error", role="error", unit="%",
            help="(predicted - measured) / measured"),
+    *WHY_FIRST,
     Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
     Column(key="bytes", label="bytes", role="count", unit="B"),
-    *WHY_COLUMNS,
+    *WHY_REST,
     Column(key="shape", label="shape", role="shape"),
 ]
 
