@@ -16,7 +16,7 @@ from opatlas.errors import OpatlasError
 
 # modules that register kinds, imported on first use (each calls register() at import)
 _MODULES: list[str] = ["opatlas.analyze.sources.config", "opatlas.analyze.sources.store",
-                        "opatlas.analyze.sources.trace"]
+                        "opatlas.analyze.sources.trace", "opatlas.analyze.sources.saved"]
 
 
 @dataclass

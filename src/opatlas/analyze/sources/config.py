@@ -74,6 +74,10 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
 
 def read(path: Path, options: ReadOptions) -> Analysis:
     est = estimate_for(path, options)
+    for given, what in ((options.models, "--models"), (options.extra.get("device"), "--device")):
+        if given:  # said, never silently ignored
+            est.notes.append(f"{what} {given} is not used for a config: its cluster names the "
+                             f"device and its ops section the op models")
     rows = _rows(est)
     columns = list(COLUMNS)
     if options.measured is not None:
