@@ -83,3 +83,17 @@ def test_few_rows_get_no_prediction_and_strict_refuses(tmp_path):
     assert any("no held-out prediction" in n for n in a.summary["notes"])
     with pytest.raises(OpatlasError, match="no held-out prediction"):
         api.analyze(tmp_path / "s.duckdb", strict=True)
+
+
+def test_models_dir_predicts_with_saved_models(tmp_path):
+    from opatlas.fit.recipes import make_model
+    from opatlas.fit.registry import ModelRegistry
+
+    truth = _store(tmp_path / "s.duckdb")
+    shapes = truth.drop(columns=["seconds", "flops"])
+    model = make_model("hybrid", "linear", "fwd", get_device("A100"), "fp16").fit(
+        shapes, truth["seconds"].to_numpy() * 2e6)  # a model that thinks it is 2x slower
+    reg = ModelRegistry(tmp_path / "models")
+    reg.get_or_fit(("A100", "fp16", "hybrid", "linear", "fwd"), "h", None, lambda: model)
+    a = api.analyze(tmp_path / "s.duckdb", models=tmp_path / "models")
+    assert a.rows["error"].to_numpy() == pytest.approx(1.0, abs=0.02)

@@ -88,6 +88,8 @@ def _gemm(name: str, dims: list[list[int]], w: int) -> Mapped | None:
 ATTENTION = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
              "_flash_attention_forward", "_efficient_attention_forward", "flash_attn")
+# kernels' own entry points take (batch, seq, heads, head_dim); SDPA takes (batch, heads, seq, dim)
+SEQ_MAJOR = ("_flash_attention", "_efficient_attention", "flash_attn")
 # elementwise and row-wise ops: catalog name, FLOPs per element (fwd), tensors moved per element
 ROWWISE = {"layer_norm": ("layernorm", 8), "native_layer_norm": ("layernorm", 8),
            "rms_norm": ("rmsnorm", 4), "_fused_rms_norm": ("rmsnorm", 4),
@@ -105,8 +107,13 @@ def _attention(name: str, dims: list[list[int]], w: int, backward: bool) -> Mapp
     if len(four) < off + 3:
         return None
     q, k, v = four[off], four[off + 1], four[off + 2]
-    b, h, lq, e = q
-    s, ev = k[2], v[3]
+    if name.removeprefix("aten::").startswith(SEQ_MAJOR):  # (batch, seq, heads, head_dim)
+        b, lq, h, e = q
+        s = k[1]
+    else:  # PyTorch's SDPA layout: (batch, heads, seq, head_dim)
+        b, h, lq, e = q
+        s = k[2]
+    ev = v[3]
     fwd = 2.0 * b * h * lq * s * (e + ev)
     nbytes = float(w * (_prod(q) + _prod(k) + _prod(v) + b * h * lq * ev))
     shape = {"batch": b, "heads": h, "q_len": lq, "kv_len": s, "head_dim": e}

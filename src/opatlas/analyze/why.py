@@ -123,25 +123,29 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
     return r.drop(columns=[c for c in ("gemms", "comm_bound_s") if c in r])
 
 
-# the columns explain() adds, described once for every view
-WHY_COLUMNS = [
+# the columns explain() adds, described once for every view: the verdict first (what a
+# person scans for), then the figures behind it
+WHY_FIRST = [
     Column(key="time_per_call_s", label="per call", role="time", unit="s"),
     Column(key="share", label="share", role="ratio", unit="%", help="of the total time"),
-    Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
-    Column(key="achieved_bytes_s", label="B/s", role="rate", unit="B/s"),
     Column(key="util_compute", label="util", role="util", unit="%",
            help="achieved FLOP/s over the device's peak"),
-    Column(key="util_memory", label="mem util", role="ratio", unit="%",
-           help="achieved bytes/s over the device's bandwidth"),
-    Column(key="roofline_time_s", label="roofline", role="bound", unit="s",
-           help="max(FLOPs / peak, minimum bytes / bandwidth)"),
-    Column(key="orojenesis_bytes", label="oro bytes", role="bound", unit="B",
-           help="Orojenesis minimum DRAM traffic at the device's on-chip buffer (GEMMs)"),
-    Column(key="orojenesis_time_s", label="oro time", role="bound", unit="s",
-           help="the Orojenesis traffic at peak bandwidth"),
-    Column(key="bound_time_s", label="bound", role="bound", unit="s",
-           help="the largest of the bound times"),
     Column(key="headroom", label="headroom", role="ratio", unit="x",
            help="time / bound: how far from the limit"),
     Column(key="limiter", label="limiter", role="text"),
+    Column(key="bound_time_s", label="bound", role="bound", unit="s",
+           help="the largest of the bound times"),
 ]
+WHY_REST = [
+    Column(key="roofline_time_s", label="roofline", role="bound", unit="s",
+           help="max(FLOPs / peak, minimum bytes / bandwidth)"),
+    Column(key="orojenesis_time_s", label="oro time", role="bound", unit="s",
+           help="the Orojenesis traffic at peak bandwidth"),
+    Column(key="orojenesis_bytes", label="oro bytes", role="bound", unit="B",
+           help="Orojenesis minimum DRAM traffic at the device's on-chip buffer (GEMMs)"),
+    Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
+    Column(key="achieved_bytes_s", label="B/s", role="rate", unit="B/s"),
+    Column(key="util_memory", label="mem util", role="ratio", unit="%",
+           help="achieved bytes/s over the device's bandwidth"),
+]
+WHY_COLUMNS = WHY_FIRST + WHY_REST

@@ -3,7 +3,8 @@ const D = JSON.parse(document.getElementById("data").textContent);
 const NS = "http://www.w3.org/2000/svg";
 const COLORS = {compute: "#3b6fd8", memory: "#e08a1e", communication: "#8e44ad", bubble: "#b0b4bd",
   overhead: "#d64545", unknown: "#7f8c8d", fwd: "#3b6fd8", bwd: "#e08a1e", recompute: "#7aa6f0",
-  tp: "#8e44ad", dp: "#16a085", p2p: "#c0392b"};
+  tp: "#8e44ad", dp: "#16a085", p2p: "#c0392b", ep: "#d35400", optimizer: "#2c3e50",
+  tp_comm: "#8e44ad", dp_comm: "#16a085", ep_comm: "#d35400", pp_bubble: "#b0b4bd"};
 const PALETTE = ["#3b6fd8", "#e08a1e", "#16a085", "#8e44ad", "#d64545", "#7f8c8d", "#2c3e50", "#c9a227"];
 const color = (k, i) => COLORS[k] || PALETTE[i % PALETTE.length];
 
@@ -202,7 +203,8 @@ function timeline() {
     const fill = color(b.lane === "compute" ? b.kind : b.lane, 0);
     kinds[b.lane === "compute" ? b.kind : b.lane] = fill;
     const r = el("rect", {x: sx(b.start_s), y: 14 + rowH * i, width: Math.max(sx(b.start_s + b.dur_s) - sx(b.start_s), 0.6),
-      height: rowH - 3, fill, stroke: "#fff", "stroke-width": 0.3,
+      height: rowH - 3, fill, stroke: sx(b.start_s + b.dur_s) - sx(b.start_s) > 4 ? "#fff" : "none",
+      "stroke-width": 0.5,
       "data-tip": `${b.name} (${b.kind})\nstage ${b.stage}, micro-batch ${b.micro_batch}` +
         (b.chunk !== null && b.chunk !== undefined ? `, chunk ${b.chunk}` : "") +
         `\nstart ${secs(b.start_s)}, ${secs(b.dur_s)}`}, svg);

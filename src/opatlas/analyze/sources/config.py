@@ -20,7 +20,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_COLUMNS, Peaks, backward_gemms, explain, gemm_of
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, backward_gemms, explain, gemm_of
 from opatlas.errors import OpatlasError
 
 # a collective's bus traffic per byte of message (nccl-tests' factors), for n ranks
@@ -39,10 +39,11 @@ COLUMNS = [
     Column(key="calls", label="calls", role="count", help="calls per optimizer step"),
     Column(key="time_s", label="time", role="estimated", unit="s",
            help="all calls in one step (measured where --measured has the op)"),
+    *WHY_FIRST,
     Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
     Column(key="bytes", label="bytes", role="count", unit="B",
            help="minimum bytes for kernels, message bytes for collectives"),
-    *WHY_COLUMNS,
+    *WHY_REST,
     Column(key="shape", label="shape", role="shape"),
 ]
 MEASURED_COLUMNS = [
@@ -73,6 +74,10 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
 
 def read(path: Path, options: ReadOptions) -> Analysis:
     est = estimate_for(path, options)
+    for given, what in ((options.models, "--models"), (options.extra.get("device"), "--device")):
+        if given:  # said, never silently ignored
+            est.notes.append(f"{what} {given} is not used for a config: its cluster names the "
+                             f"device and its ops section the op models")
     rows = _rows(est)
     columns = list(COLUMNS)
     if options.measured is not None:

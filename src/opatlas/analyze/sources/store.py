@@ -1,7 +1,8 @@
 """A results store (DuckDB): one row per measured vector and pass, with the measured median, a
 model's prediction made without that row (5-fold cross-validation of the fit recipe per op,
-pass, device and dtype), the roofline and Orojenesis bounds, the error and the headroom.
-Groups are devices."""
+pass, device and dtype; or the models ``opatlas fit --out DIR`` saved, with ``--models DIR``,
+when they were fitted on other data), the roofline and Orojenesis bounds, the error and the
+headroom. Groups are devices."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_COLUMNS, Peaks, backward_gemms, explain, gemm_of
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, backward_gemms, explain, gemm_of
 from opatlas.errors import OpatlasError
 
 FOLDS = 5
@@ -30,9 +31,10 @@ COLUMNS = [
            help="by a model fitted without this row (5-fold cross-validation)"),
     Column(key="error", label="error", role="error", unit="%",
            help="(predicted - measured) / measured"),
+    *WHY_FIRST,
     Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
     Column(key="bytes", label="bytes", role="count", unit="B"),
-    *WHY_COLUMNS,
+    *WHY_REST,
     Column(key="shape", label="shape", role="shape"),
 ]
 
@@ -65,7 +67,7 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                                f"it has {', '.join(have)}")
     parts, notes = [], []
     for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
-        parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes))
+        parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes, options.models))
     rows = pd.concat(parts, ignore_index=True)
     if notes and options.strict:
         raise OpatlasError(f"{path}: {notes[0]} (--strict)")
@@ -73,8 +75,8 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                     list(COLUMNS), "device")
 
 
-def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str]
-                 ) -> pd.DataFrame:
+def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str],
+                 models: Path | None = None) -> pd.DataFrame:
     from opatlas.fit.data import device_for
     from opatlas.ops.base import dtype_bytes
 
@@ -98,8 +100,16 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     rows["gemm"] = None
     for (op, pass_), idx in rows.groupby(["op", "pass"], sort=False).groups.items():
         sub = shapes.loc[idx].dropna(axis=1, how="all")
-        rows.loc[idx, "predicted_time_s"] = _held_out(op, pass_, dev, dtype, sub,
-                                                      rows.loc[idx, "time_s"].to_numpy(), notes)
+        saved = _saved_model(models, device_name, dtype, op, pass_) if models else None
+        if saved is not None:
+            rows.loc[idx, "predicted_time_s"] = saved.predict(sub.reset_index(drop=True)) * 1e-6
+        else:
+            if models:
+                notes.append(f"{op} {pass_}: no model under {models} for {device_name} {dtype}; "
+                             f"cross-validated instead")
+            rows.loc[idx, "predicted_time_s"] = _held_out(op, pass_, dev, dtype, sub,
+                                                          rows.loc[idx, "time_s"].to_numpy(),
+                                                          notes)
         _gemms(rows, idx, op, pass_, sub, dtype)
     rows["error"] = (rows["predicted_time_s"] - rows["time_s"]) / rows["time_s"]
     out = explain(rows.assign(limiter=None), peaks)
@@ -128,6 +138,21 @@ def _held_out(op: str, pass_: str, dev: Any, dtype: str, shapes: pd.DataFrame,
         notes.append(f"{op} {pass_}: no prediction ({type(exc).__name__}: {exc})")
         out[:] = np.nan
     return out
+
+
+def _saved_model(root: Path, device: str, dtype: str, op: str, pass_: str) -> Any:
+    """A model saved by ``opatlas fit --out DIR`` (the model registry's layout), or None.
+    These are the user's own files: loading them runs their pickled code, as fit does."""
+    from opatlas.fit.registry import ModelRegistry
+
+    reg = ModelRegistry(root)
+    for recipe in ("hybrid", "gbm", "ett"):
+        path = reg.path(device, dtype, recipe, op, pass_)
+        if path.exists():
+            import joblib
+
+            return joblib.load(path)["model"]
+    return None
 
 
 def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFrame,

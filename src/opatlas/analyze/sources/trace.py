@@ -23,7 +23,7 @@ from opatlas.analyze.aten import Mapped, backward_of, map_op, maybe_catalog
 from opatlas.analyze.chrome import Events, load_trace, nest, split_events
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_COLUMNS, Peaks, explain
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, explain
 from opatlas.errors import OpatlasError
 
 COLUMNS = [
@@ -34,9 +34,10 @@ COLUMNS = [
     Column(key="calls", label="calls", role="count"),
     Column(key="time_s", label="time", role="measured", unit="s",
            help="GPU kernel time of the op's launches, or the CPU ops' self time"),
+    *WHY_FIRST,
     Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
     Column(key="bytes", label="bytes", role="count", unit="B"),
-    *WHY_COLUMNS,
+    *WHY_REST,
     Column(key="shape", label="shape", role="shape"),
 ]
 BACKWARD_MARKS = ("autograd::engine::evaluate_function", "Backward0", "Backward1")
