@@ -52,3 +52,5 @@ def test_demo_runs_and_prints_the_store_path(tmp_path):
     proc = run_cli("demo", "--out", str(tmp_path / "d"), "--repeats", "1", check=True)
     assert "store:" in proc.stdout and (tmp_path / "d" / "opatlas.duckdb").exists()
     assert "linear" in proc.stdout and "layernorm" in proc.stdout
+    report = tmp_path / "d" / "report.html"
+    assert report.exists() and f"report: {report.resolve()}" in proc.stdout.replace("\n", "")

@@ -32,7 +32,9 @@ def run_demo(out: Path, *, repeats: int | None = None, console: Console | None =
         extra(out, console)
     console.rule("[bold]done")
     console.print(f"store:  {store_path.resolve()}")
-    console.print(f"report: {out.resolve()}")
+    from opatlas.analyze.demo import ESTIMATE_REPORT
+
+    console.print(f"report: {(out / ESTIMATE_REPORT).resolve()}")
     return store_path
 
 
@@ -52,8 +54,9 @@ def summary_table(df: pd.DataFrame) -> Table:
 
 def _extensions() -> list:
     """Later stages (bounds, fit, predict, estimate) add their part of the demo here."""
+    from opatlas.analyze.demo import demo_analyze
     from opatlas.bounds.demo import demo_bound
     from opatlas.estimate.demo import demo_estimate
     from opatlas.fit.demo import demo_fit
 
-    return [demo_bound, demo_fit, demo_estimate]
+    return [demo_bound, demo_fit, demo_estimate, demo_analyze]

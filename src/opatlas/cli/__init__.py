@@ -20,6 +20,7 @@ app = typer.Typer(
 
 def _register() -> None:
     from opatlas.cli import (
+        analyze_cmd,
         bound_cmd,
         collectives_cmd,
         demo_cmd,
@@ -44,6 +45,7 @@ def _register() -> None:
     app.command("estimate")(estimate_cmd.estimate)
     app.command("calibrate")(tt_cmd.calibrate)
     app.command("reblock")(tt_cmd.reblock)
+    app.command("analyze")(analyze_cmd.analyze)
 
 
 _register()

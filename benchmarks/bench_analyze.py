@@ -1,0 +1,45 @@
+"""Analyzer: a 100k-event profiler trace (goal ≤ 10 s and ≤ 2 GB), and the best layout of the
+1,728-layout search (llemma_7b_4_2_2_P on 64 GPUs), each analysed in process; peak memory is
+measured in a fresh child process doing the same."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from opatlas.analyze import api
+from opatlas.analyze.synthetic import synthetic_trace
+from opatlas.estimate import load_config, search
+
+EVENTS = 100_000
+
+
+def _peak_rss_mb(source: str) -> float:
+    code = ("import resource, sys\nfrom opatlas.analyze import api\n"
+            f"api.analyze({source!r})\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def test_trace_of_100k_events(benchmark, tmp_path):
+    path = tmp_path / "trace.json"
+    truth = synthetic_trace(path, EVENTS)
+    a = benchmark.pedantic(lambda: api.analyze(path), rounds=3, iterations=1)
+    assert abs(a.total_time_s - truth["busy_us"] * 1e-6) < 1e-9 * a.total_time_s
+    benchmark.extra_info.update(events=truth["events"], rows=len(a.rows),
+                                file_mb=path.stat().st_size / 2**20,
+                                peak_rss_mb=_peak_rss_mb(str(path)))
+
+
+def test_best_layout_of_the_search(benchmark, tmp_path):
+    cfg = load_config("llemma_7b_4_2_2_P")
+    best, n, _ = search(cfg, 64, 1)
+    path = tmp_path / "best.yml"
+    path.write_text(yaml.safe_dump(best[0].config.model_dump()))
+    a = benchmark.pedantic(lambda: api.analyze(path), rounds=3, iterations=1)
+    assert abs(a.total_time_s - best[0].step_time_s) < 1e-9 * best[0].step_time_s
+    benchmark.extra_info.update(layouts=n, rows=len(a.rows), blocks=len(a.summary["timeline"]),
+                                step_time_s=a.total_time_s, peak_rss_mb=_peak_rss_mb(str(path)))

@@ -1,0 +1,80 @@
+"""The analyzer's Python API: read a source into an Analysis, then show it any way."""
+
+from __future__ import annotations
+
+import csv as csvlib
+import json
+from pathlib import Path
+from typing import Any
+
+from opatlas.analyze.model import Analysis
+from opatlas.analyze.sources import ReadOptions, read
+from opatlas.errors import OpatlasError
+
+
+def analyze(source: str | Path, *, kind: str | None = None, measured: Path | None = None,
+            models: Path | None = None, device: str | None = None,
+            strict: bool = False, extra: dict[str, Any] | None = None) -> Analysis:
+    """The analysis of a config, a store, a trace, a PyBuda run or netlist, or a tt-metal
+    profiler CSV (the kind is detected unless given); ``extra``: kind-specific options
+    (PyBuda: netlist, dir, spatial_epochs; tt-metal: start/end_signpost, ignore_signposts)."""
+    extra = {**({"device": device} if device else {}), **(extra or {})}
+    return read(source, kind, ReadOptions(measured=measured, models=models, strict=strict,
+                                          extra=extra))
+
+
+def load(path: str | Path) -> Analysis:
+    return Analysis.load(path)
+
+
+def _atomic(path: Path, text: str) -> Path:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def write_csv(analysis: Analysis, path: str | Path) -> Path:
+    """The rows as CSV; mappings (shape) as JSON text."""
+    rows = analysis.rows.copy()
+    for col in rows.columns:
+        if rows[col].map(lambda v: isinstance(v, dict | list)).any():
+            rows[col] = rows[col].map(lambda v: json.dumps(v) if isinstance(v, dict | list) else v)
+    return _atomic(Path(path), rows.to_csv(index=False, quoting=csvlib.QUOTE_MINIMAL))
+
+
+def write_html(analysis: Analysis, path: str | Path) -> Path:
+    from opatlas.analyze.html import render
+
+    return _atomic(Path(path), render(analysis))
+
+
+def write_trace(analysis: Analysis, path: str | Path) -> Path:
+    """The estimated step as a Chrome/Perfetto trace: configs only (it needs the schedule)."""
+    if analysis.source.kind != "config":
+        raise OpatlasError(f"--trace exports an estimated step: it needs a training config, "
+                           f"not a {analysis.source.kind} ({analysis.source.path})")
+    from opatlas.analyze.perfetto import write_trace as perfetto_trace
+    from opatlas.analyze.sources.config import estimate_for
+
+    est = estimate_for(Path(analysis.source.path))
+    return Path(perfetto_trace(est, Path(path)) or path)
+
+
+def print_table(analysis: Analysis, top: int = 25) -> None:
+    """A plain table of the slowest rows, for pipes and logs."""
+    from rich.console import Console
+
+    from opatlas.analyze.tables import rich_table
+
+    Console().print(rich_table(analysis, top))
+
+
+def run_app(analysis: Analysis, **reload_args: Any) -> None:
+    try:
+        from opatlas.analyze.tui import AnalyzerApp
+    except ImportError as exc:
+        raise OpatlasError(f"the terminal app needs Textual: pip install 'opatlas[tui]' "
+                           f"({exc})") from None
+    AnalyzerApp(analysis, reload_args).run()

@@ -1,0 +1,192 @@
+"""A results store (DuckDB): one row per measured vector and pass, with the measured median, a
+model's prediction made without that row (5-fold cross-validation of the fit recipe per op,
+pass, device and dtype; or the models ``opatlas fit --out DIR`` saved, with ``--models DIR``,
+when they were fitted on other data), the roofline and Orojenesis bounds, the error and the
+headroom. Groups are devices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from opatlas.analyze.model import Analysis, Column, Source
+from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, backward_gemms, explain, gemm_of
+from opatlas.errors import OpatlasError
+
+FOLDS = 5
+MIN_ROWS = 2 * FOLDS  # fewer measured shapes than this: no held-out prediction
+
+COLUMNS = [
+    Column(key="op", label="op", role="id"),
+    Column(key="pass", label="pass", role="id"),
+    Column(key="group", label="device", role="group"),
+    Column(key="calls", label="calls", role="count"),
+    Column(key="time_s", label="measured", role="measured", unit="s", help="median per call"),
+    Column(key="predicted_time_s", label="predicted", role="estimated", unit="s",
+           help="by a model fitted without this row (5-fold cross-validation)"),
+    Column(key="error", label="error", role="error", unit="%",
+           help="(predicted - measured) / measured"),
+    *WHY_FIRST,
+    Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
+    Column(key="bytes", label="bytes", role="count", unit="B"),
+    *WHY_REST,
+    Column(key="shape", label="shape", role="shape"),
+]
+
+
+def detect(path: Path) -> bool:
+    if path.suffix in (".duckdb", ".db"):
+        return True
+    if not path.is_file():
+        return False
+    with path.open("rb") as fh:
+        head = fh.read(16)
+    return len(head) >= 12 and head[8:12] == b"DUCK"
+
+
+def read(path: Path, options: ReadOptions) -> Analysis:
+    from opatlas.store import Store
+
+    if not path.is_file():
+        raise OpatlasError(f"{path}: no such results store")
+    with Store(path, read_only=True) as st:
+        res = st.results(status="ok", expand_params=False)
+    device = options.extra.get("device")
+    if res.empty:
+        raise OpatlasError(f"{path}: the store has no successful measurements to analyse")
+    if device:
+        have = sorted(res["device"].unique())
+        res = res[res["device"] == device]
+        if res.empty:
+            raise OpatlasError(f"{path}: the store has no measurements for device {device!r}; "
+                               f"it has {', '.join(have)}")
+    parts, notes = [], []
+    for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
+        parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes, options.models))
+    rows = pd.concat(parts, ignore_index=True)
+    if notes and options.strict:
+        raise OpatlasError(f"{path}: {notes[0]} (--strict)")
+    return Analysis(Source(kind="store", path=str(path)), _summary(rows, res, notes), rows,
+                    list(COLUMNS), "device")
+
+
+def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str],
+                 models: Path | None = None) -> pd.DataFrame:
+    from opatlas.fit.data import device_for
+    from opatlas.ops.base import dtype_bytes
+
+    data = pd.DataFrame({"y_us": res["median_ns"] / 1e3, "flops": res["flops"],
+                         "min_bytes": res["min_bytes"]})
+    dev = device_for(device_name, data, dtype)
+    try:
+        word = dtype_bytes(dtype)
+    except OpatlasError:
+        word = 4
+    peaks = Peaks(dev.name, dev.peak(dtype) if dtype in dev.peak_flops else
+                  max(dev.peak_flops.values()), dev.bandwidth, dev.onchip_bytes, word)
+    shapes = pd.DataFrame([{k: v for k, v in json.loads(s).items() if k != "dtype"}
+                           for s in res["params_json"]])
+    rows = pd.DataFrame({"op": res["op"], "pass": res["pass"], "calls": 1.0,
+                         "time_s": res["median_ns"] * 1e-9, "flops": res["flops"],
+                         "bytes": res["min_bytes"], "group": device_name,
+                         "shape": [dict(json.loads(s)) for s in res["params_json"]]})
+    rows["predicted_time_s"] = np.nan
+    rows["gemms"] = None
+    rows["gemm"] = None
+    for (op, pass_), idx in rows.groupby(["op", "pass"], sort=False).groups.items():
+        sub = shapes.loc[idx].dropna(axis=1, how="all")
+        saved = _saved_model(models, device_name, dtype, op, pass_) if models else None
+        if saved is not None:
+            rows.loc[idx, "predicted_time_s"] = saved.predict(sub.reset_index(drop=True)) * 1e-6
+        else:
+            if models:
+                notes.append(f"{op} {pass_}: no model under {models} for {device_name} {dtype}; "
+                             f"cross-validated instead")
+            rows.loc[idx, "predicted_time_s"] = _held_out(op, pass_, dev, dtype, sub,
+                                                          rows.loc[idx, "time_s"].to_numpy(),
+                                                          notes)
+        _gemms(rows, idx, op, pass_, sub, dtype)
+    rows["error"] = (rows["predicted_time_s"] - rows["time_s"]) / rows["time_s"]
+    out = explain(rows.assign(limiter=None), peaks)
+    out["device_peak_flops_s"], out["device_peak_bytes_s"] = peaks.flops_s, peaks.bytes_s
+    return out
+
+
+def _held_out(op: str, pass_: str, dev: Any, dtype: str, shapes: pd.DataFrame,
+              seconds: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Each row predicted by the model of the folds that do not hold it."""
+    from opatlas.fit.recipes import make_model
+    from opatlas.fit.splits import iter_splits
+
+    out = np.full(len(shapes), np.nan)
+    if len(shapes) < MIN_ROWS:
+        notes.append(f"{op} {pass_}: {len(shapes)} measured shapes, fewer than {MIN_ROWS}: "
+                     f"no held-out prediction")
+        return out
+    y_us = seconds * 1e6
+    shapes = shapes.reset_index(drop=True)
+    try:
+        for train, test in iter_splits(shapes, f"kfold:{FOLDS}"):
+            m = make_model("hybrid", op, pass_, dev, dtype).fit(shapes.iloc[train], y_us[train])
+            out[test] = m.predict(shapes.iloc[test]) * 1e-6
+    except Exception as exc:  # a model that cannot fit these shapes: say so, keep the rows
+        notes.append(f"{op} {pass_}: no prediction ({type(exc).__name__}: {exc})")
+        out[:] = np.nan
+    return out
+
+
+def _saved_model(root: Path, device: str, dtype: str, op: str, pass_: str) -> Any:
+    """A model saved by ``opatlas fit --out DIR`` (the model registry's layout), or None.
+    These are the user's own files: loading them runs their pickled code, as fit does."""
+    from opatlas.fit.registry import ModelRegistry
+
+    reg = ModelRegistry(root)
+    for recipe in ("hybrid", "gbm", "ett"):
+        path = reg.path(device, dtype, recipe, op, pass_)
+        if path.exists():
+            import joblib
+
+            return joblib.load(path)["model"]
+    return None
+
+
+def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFrame,
+           dtype: str) -> None:
+    from opatlas.ops.batch import batch_counts
+
+    try:
+        counts = batch_counts(op, shapes.assign(dtype=dtype))
+    except Exception:  # an op outside the catalog: no GEMM to bound
+        return
+    for i, (_, c) in zip(idx, counts.iterrows(), strict=True):
+        g = gemm_of(c)
+        if g is not None and pass_ in ("fwd", "bwd"):
+            rows.at[i, "gemms"] = backward_gemms(g) if pass_ == "bwd" else [g]
+            rows.at[i, "gemm"] = list(g)
+
+
+def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str]) -> dict[str, Any]:
+    devices = sorted(res["device"].unique())
+    err = rows["error"].abs()
+    out: dict[str, Any] = {
+        "title": f"{len(rows)} measurements on {', '.join(devices)}",
+        "total_time_s": float(rows["time_s"].sum()), "measurements": len(rows),
+        "devices": devices, "notes": notes,
+        "utilization": float(np.nanmedian(rows["util_compute"])) if len(rows) else None,
+        "utilization_label": "median FLOP util"}
+    if err.notna().any():
+        out["estimation_error"] = float(err.median())
+        out["estimation_error_label"] = "median |error| (held out)"
+    if len(devices) == 1:
+        out["device"] = devices[0]
+        out["peak_flops_s"] = float(rows["device_peak_flops_s"].iloc[0])
+        out["peak_bytes_s"] = float(rows["device_peak_bytes_s"].iloc[0])
+    return out
+
+
+register(SourceKind("store", detect, read, "an opatlas results store (.duckdb)"))

@@ -1,0 +1,207 @@
+"""A PyTorch profiler trace (Chrome trace JSON from ``torch.profiler`` with
+``record_shapes=True``; ``.json`` or ``.json.gz``): one row per catalog op, pass and shape, plus
+"other" rows for everything else, so the rows add up to the trace's busy time.
+
+Each operator event belongs to its outermost enclosing op that maps to the catalog (aten::linear
+holds its addmm; an autograd node's mm calls are GEMMs of the backward), or else to an "other"
+row of its own name. Where the trace has GPU kernels, a row's time is the time of the kernels
+its ops launched (kernel -> runtime launch by correlation id -> the op enclosing the launch) and
+the busy time is the kernels' summed duration; on a CPU-only trace it is the ops' self time, and
+the busy time is the summed duration of each thread's top-level ops."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from opatlas.analyze.aten import Mapped, backward_of, map_op, maybe_catalog
+from opatlas.analyze.chrome import Events, load_trace, nest, split_events
+from opatlas.analyze.model import Analysis, Column, Source
+from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, explain
+from opatlas.errors import OpatlasError
+
+COLUMNS = [
+    Column(key="op", label="op", role="id"),
+    Column(key="pass", label="pass", role="id"),
+    Column(key="name", label="profiled as", role="text"),
+    Column(key="group", label="device", role="group"),
+    Column(key="calls", label="calls", role="count"),
+    Column(key="time_s", label="time", role="measured", unit="s",
+           help="GPU kernel time of the op's launches, or the CPU ops' self time"),
+    *WHY_FIRST,
+    Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
+    Column(key="bytes", label="bytes", role="count", unit="B"),
+    *WHY_REST,
+    Column(key="shape", label="shape", role="shape"),
+]
+BACKWARD_MARKS = ("autograd::engine::evaluate_function", "Backward0", "Backward1")
+
+
+def detect(path: Path) -> bool:
+    name = path.name.lower()
+    if name.endswith((".json.gz", ".pt.trace.json")):
+        return True
+    if not name.endswith(".json") or not path.is_file():
+        return False
+    with path.open("rb") as fh:
+        head = fh.read(4096)
+    return b"traceEvents" in head or (head.lstrip()[:1] == b"[" and b'"ph"' in head)
+
+
+def read(path: Path, options: ReadOptions) -> Analysis:
+    doc = load_trace(path)
+    ops, kernels, runtime = split_events(doc)
+    if not len(ops):
+        raise OpatlasError(f"{path}: the trace has no operator events (cat 'cpu_op'); record it "
+                           f"with torch.profiler(activities=[ProfilerActivity.CPU, ...])")
+    if not any("Input Dims" in a for a in ops.args):
+        raise OpatlasError(f"{path}: the trace was recorded without shapes: no operator event "
+                           f"has 'Input Dims'. Record it with torch.profiler.profile("
+                           f"record_shapes=True) so ops can be mapped and counted")
+    rows, busy, mode = _rows(ops, kernels, runtime)
+    peaks, notes = _peaks(doc, rows, options)
+    analysed = explain(rows.drop(columns=["word"]), peaks, busy)
+    summary = {"title": f"profiler trace {path.name}", "total_time_s": busy, "busy_time_s": busy,
+               "time_basis": mode, "events": len(ops) + len(kernels) + len(runtime),
+               "device": peaks.name, "peak_flops_s": peaks.flops_s, "peak_bytes_s": peaks.bytes_s,
+               "onchip_bytes": peaks.onchip_bytes, "word_bytes": peaks.word_bytes,
+               "utilization": float(np.nansum(analysed["flops"]) / (busy * peaks.flops_s))
+               if busy > 0 else None, "utilization_label": "FLOP util", "notes": notes}
+    return Analysis(Source(kind="trace", path=str(path)), summary, analysed, list(COLUMNS),
+                    "device")
+
+
+def _concat(a: Events, b: Events) -> Events:
+    return Events(a.name + b.name, np.concatenate([a.ts, b.ts]), np.concatenate([a.dur, b.dur]),
+                  np.concatenate([a.thread, b.thread]), a.args + b.args)
+
+
+def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, float, str]:
+    ev = _concat(ops, runtime)  # launches nest in the op that made them
+    order, parent, self_time = nest(ev)
+    names = [ev.name[j] for j in order]
+    is_op = (order < len(ops)).tolist()
+    owner = np.full(len(order), -1, dtype=np.int64)
+    backward = np.zeros(len(order), dtype=bool)
+    mapped: dict[int, Mapped] = {}
+    cache: dict[tuple[str, str, str], Mapped | None] = {}
+    par = parent.tolist()
+    for i, name in enumerate(names):
+        p = par[i]
+        backward[i] = (p >= 0 and backward[p]) or name.startswith(BACKWARD_MARKS[0]) \
+            or name.endswith(BACKWARD_MARKS[1:])
+        if p >= 0 and owner[p] >= 0:
+            owner[i] = owner[p]
+            continue
+        m = _mapped(name, ev.args[order[i]], cache) if is_op[i] else None
+        if m is not None:
+            owner[i] = i
+            mapped[i] = backward_of(m) if backward[i] and m.pass_ == "fwd" else m
+    acc: dict[Any, list[float]] = defaultdict(lambda: [0.0, 0.0])  # key -> [time, calls]
+    if len(kernels):
+        mode = "GPU kernel time of each op's launches"
+        busy = float(kernels.dur.sum())
+        pos_of = np.empty(len(order), dtype=np.int64)
+        pos_of[order] = np.arange(len(order))
+        launch = {}
+        for j in range(len(ops), len(ev)):
+            corr = ev.args[j].get("correlation")
+            if corr is not None:
+                launch[corr] = pos_of[j]
+        for k in range(len(kernels)):
+            i = launch.get(kernels.args[k].get("correlation"))
+            if i is None:
+                key: Any = ("other", f"kernel {kernels.name[k]}")
+            else:
+                key = owner[i] if owner[i] >= 0 else ("other", names[par[i]] if par[i] >= 0
+                                                      else names[i])
+            acc[key][0] += kernels.dur[k]
+    else:
+        mode = "CPU self time of each op"
+        busy = float(ev.dur[order][parent < 0].sum())
+        st = self_time.tolist()
+        for i in range(len(order)):
+            key = owner[i] if owner[i] >= 0 else ("other", names[i])
+            acc[key][0] += st[i]
+    for i in mapped:
+        acc[i][1] += 1  # calls: each owner is one call
+    for i, name in enumerate(names):
+        if owner[i] < 0:
+            key = ("other", name)
+            if key in acc:
+                acc[key][1] += 1
+    return _table(acc, mapped, names, bool(len(kernels))), busy * 1e-6, mode
+
+
+def _mapped(name: str, args: dict[str, Any], cache: dict[tuple[str, str, str], Mapped | None]
+            ) -> Mapped | None:
+    """map_op, once per distinct (name, shapes, dtypes): a trace repeats the same calls."""
+    if not maybe_catalog(name):
+        return None
+    key = (name, str(args.get("Input Dims")), str(args.get("Input type")))
+    if key not in cache:
+        cache[key] = map_op(name, args)
+    return cache[key]
+
+
+def _table(acc: dict[Any, list[float]], mapped: dict[int, Mapped], names: list[str],
+           gpu: bool) -> pd.DataFrame:
+    grouped: dict[tuple, dict[str, Any]] = {}
+    for key, (t, calls) in acc.items():
+        if isinstance(key, tuple):
+            k = ("other", key[1])
+            row = grouped.setdefault(k, {"op": "other", "pass": "-", "name": key[1], "calls": 0.0,
+                                         "time_s": 0.0, "flops": np.nan, "bytes": np.nan,
+                                         "shape": {}, "gemms": None, "gemm": None,
+                                         "limiter": "unknown", "word": np.nan})
+        else:
+            m = mapped[int(key)]
+            k = (m.op, m.pass_, names[int(key)], json.dumps(m.shape, sort_keys=True))
+            row = grouped.setdefault(k, {"op": m.op, "pass": m.pass_, "name": names[int(key)],
+                                         "calls": 0.0, "time_s": 0.0, "flops": 0.0, "bytes": 0.0,
+                                         "shape": m.shape, "gemms": m.gemms or None,
+                                         "gemm": list(m.gemms[0]) if m.gemms else None,
+                                         "limiter": None, "word": m.word})
+            row["flops"] += m.flops * calls
+            row["bytes"] += m.bytes * calls
+        row["calls"] += calls
+        row["time_s"] += t * 1e-6
+    df = pd.DataFrame(list(grouped.values()))
+    df["group"] = "gpu" if gpu else "cpu"
+    return df.sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _peaks(doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
+           ) -> tuple[Peaks, list[str]]:
+    from opatlas.devices import empirical_device, get_device
+
+    words = rows.loc[rows["flops"] > 0, "word"].dropna()
+    word = int(words.mode().iloc[0]) if len(words) else 4
+    dtype = {1: "fp8", 2: "bf16", 8: "fp64"}.get(word, "fp32")
+    name = options.extra.get("device")
+    props = doc.get("deviceProperties") or []
+    if not name and props and isinstance(props[0], dict):
+        name = str(props[0].get("name", "")).replace(" ", "")
+    if name:
+        try:
+            d = get_device(str(name))
+            return Peaks(d.name, d.peak(dtype), d.bandwidth, d.onchip_bytes, word), []
+        except OpatlasError:
+            pass
+    ok = rows[rows["limiter"].isna()]
+    d = empirical_device(name or "cpu", ok["flops"].to_numpy(float), ok["bytes"].to_numpy(float),
+                         ok["time_s"].to_numpy(float), dtype)
+    return Peaks(d.name, d.peak(dtype), d.bandwidth, 0.0, word), [
+        f"device {name or 'of this trace'} is not in the catalog: its peaks are the best FLOP/s "
+        f"and bytes/s its own ops achieved, and no Orojenesis bound is given (name one with "
+        f"--device)"]
+
+
+register(SourceKind("trace", detect, read,
+                    "a torch.profiler Chrome trace (.json, .json.gz) recorded with shapes"))

@@ -1,0 +1,303 @@
+"""The terminal app (Textual), PyBuda Perf Analyzer's layout and keys: a summary screen, a
+per-stage (epoch, device) op table sorted slowest first, an op detail screen.
+
+Keys: S summary, E stage table, N/P next/previous stage, F full op names, R reload, H help,
+Q quit, arrows and j/k to move, Enter for an op's detail, < and > (or a header click) to sort
+by another column (again: reverse), [ and ] for the previous/next page of a big table."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pandas as pd
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from opatlas.analyze.model import Analysis, Column
+from opatlas.analyze.tables import fmt, fmt_seconds, group_summary, highlight, summary_items, visible_columns
+
+PAGE_ROWS = 500  # DataTable slows down on very large tables: show them a page at a time
+SHORT_NAME = 28
+STYLE = {"good": "bold green", "warn": "bold yellow", "bad": "bold red"}
+HELP = """[b]opatlas analyze[/b] — keys
+
+  [b]S[/b]  summary            [b]E[/b]  stage / epoch / device op table
+  [b]N[/b]  next stage         [b]P[/b]  previous stage
+  [b]F[/b]  full op names      [b]R[/b]  reload the source
+  [b]↑ ↓ j k[/b]  move         [b]Enter[/b]  the op's detail
+  [b]< >[/b]  sort by the previous / next column (again: reverse); a header click sorts too
+  [b][ ][/b]  previous / next page of a big table
+  [b]H[/b]  this help          [b]Q[/b]  quit        [b]Esc[/b]  back
+
+Colours as PyBuda: utilization [green]green > 50%[/], [red]red < 25%[/];
+estimate vs measured [yellow]yellow at ≥ 20% off[/], [red]red at ≥ 50%[/]."""
+
+
+def styled(value: Any, col: Column | None, full: bool = True) -> Text:
+    text = fmt(value, col)
+    if not full and col is not None and col.role in ("id", "text") and len(text) > SHORT_NAME:
+        text = text[:SHORT_NAME - 1] + "…"
+    h = highlight(value, col)
+    return Text(text, style=STYLE[h] if h else "",
+                justify="left" if col is None or col.role in ("id", "group", "text", "shape")
+                else "right")
+
+
+class SummaryScreen(Screen):
+    BINDINGS: ClassVar = [Binding("enter", "open_group", "open stage", show=False)]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="cards")
+        yield DataTable(id="groups", cursor_type="row", zebra_stripes=True)
+        yield Static(id="notes")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_data()
+
+    def refresh_data(self) -> None:
+        a: Analysis = self.app.analysis  # type: ignore[attr-defined]
+        self.title = str(a.summary.get("title", a.source.path))
+        self.sub_title = f"{a.source.kind}: {a.source.path}"
+        cards = Text()
+        for label, value, h in summary_items(a):
+            cards.append(f"{label}: ", style="dim")
+            cards.append(value, style=STYLE[h] if h else "bold")
+            cards.append("   ")
+        self.query_one("#cards", Static).update(cards)
+        table = self.query_one("#groups", DataTable)
+        table.clear(columns=True)
+        table.add_columns(a.group_label, "time", "share", "slowest op", "its time", "util",
+                          "comm share", "rows")
+        util_col = Column(key="util", label="util", role="util", unit="%")
+        pct = Column(key="p", label="p", unit="%")
+        for g in group_summary(a).to_dict("records"):
+            table.add_row(g["group"], fmt_seconds(g["time_s"]), fmt(g["share"], pct),
+                          g["slowest_op"], fmt_seconds(g["slowest_time_s"]),
+                          styled(g["util"], util_col), fmt(g["comm_share"], pct), str(g["rows"]),
+                          key=str(g["group"]))
+        notes = a.summary.get("notes") or []
+        self.query_one("#notes", Static).update("\n".join(f"note: {n}" for n in notes))
+
+    def action_open_group(self) -> None:
+        table = self.query_one("#groups", DataTable)
+        if table.row_count:
+            self.app.group_index = table.cursor_row  # type: ignore[attr-defined]
+            self.app.action_stage()  # type: ignore[attr-defined]
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.app.group_index = event.cursor_row  # type: ignore[attr-defined]
+        self.app.action_stage()  # type: ignore[attr-defined]
+
+
+class StageScreen(Screen):
+    BINDINGS: ClassVar = [
+        Binding("n", "group(1)", "next"), Binding("p", "group(-1)", "previous"),
+        Binding("f", "full", "full names"), Binding("j", "move(1)", "down", show=False),
+        Binding("k", "move(-1)", "up", show=False), Binding("less_than_sign", "sort(-1)", "sort ←"),
+        Binding("greater_than_sign", "sort(1)", "sort →"),
+        Binding("right_square_bracket", "page(1)", "next page", show=False),
+        Binding("left_square_bracket", "page(-1)", "previous page", show=False)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_key, self.descending, self.page, self.full = "time_s", True, 0, False
+        self.rows = pd.DataFrame()
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="ops", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_data()
+
+    @property
+    def columns(self) -> list[Column]:
+        cols = [c for c in visible_columns(self.app.analysis)  # type: ignore[attr-defined]
+                if c.role != "group"]
+        return cols if self.full else [c for c in cols if c.role != "shape"]
+
+    def refresh_data(self) -> None:
+        a: Analysis = self.app.analysis  # type: ignore[attr-defined]
+        groups = a.groups()
+        gi = self.app.group_index % max(1, len(groups))  # type: ignore[attr-defined]
+        group = groups[gi] if groups else None
+        rows = a.rows[a.rows["group"].astype(str) == str(group)] if groups else a.rows
+        if self.sort_key in rows:
+            key = rows[self.sort_key].map(lambda v: str(v) if isinstance(v, dict | list) else v)
+            order = key.sort_values(ascending=not self.descending, na_position="last",
+                                    kind="stable").index
+            rows = rows.loc[order]
+        self.rows = rows
+        pages = max(1, -(-len(rows) // PAGE_ROWS))
+        self.page = min(max(self.page, 0), pages - 1)
+        shown = rows.iloc[self.page * PAGE_ROWS:(self.page + 1) * PAGE_ROWS]
+        table = self.query_one("#ops", DataTable)
+        table.clear(columns=True)
+        for c in self.columns:
+            arrow = (" ▼" if self.descending else " ▲") if c.key == self.sort_key else ""
+            table.add_column(c.label + arrow, key=c.key)
+        for idx, r in shown.iterrows():
+            table.add_row(*[styled(r[c.key], c, self.full) for c in self.columns], key=str(idx))
+        self.title = str(a.summary.get("title", a.source.path))
+        self.sub_title = (f"{a.group_label} {group} ({gi + 1} of {len(groups)}) · {len(rows)} rows, "
+                          f"page {self.page + 1} of {pages} · sorted by {self.sort_label()} "
+                          f"{'descending' if self.descending else 'ascending'}")
+
+    def sort_label(self) -> str:
+        return next((c.label for c in self.columns if c.key == self.sort_key), self.sort_key)
+
+    def action_group(self, step: int) -> None:
+        self.app.group_index += step  # type: ignore[attr-defined]
+        self.page = 0
+        self.refresh_data()
+
+    def action_full(self) -> None:
+        self.full = not self.full
+        self.refresh_data()
+
+    def action_move(self, step: int) -> None:
+        table = self.query_one("#ops", DataTable)
+        table.move_cursor(row=max(0, table.cursor_row + step))
+
+    def action_page(self, step: int) -> None:
+        self.page += step
+        self.refresh_data()
+
+    def set_sort(self, key: str) -> None:
+        if key == self.sort_key:
+            self.descending = not self.descending
+        else:
+            self.sort_key = key
+            col = next((c for c in self.columns if c.key == key), None)
+            self.descending = col is None or col.role not in ("id", "text", "shape")
+        self.refresh_data()
+
+    def action_sort(self, step: int) -> None:
+        keys = [c.key for c in self.columns]
+        i = keys.index(self.sort_key) if self.sort_key in keys else 0
+        self.set_sort(keys[(i + step) % len(keys)])
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self.set_sort(str(event.column_key.value))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        row = self.app.analysis.rows.loc[int(event.row_key.value)]  # type: ignore[attr-defined]
+        self.app.push_screen(DetailScreen(row))
+
+
+class DetailScreen(ModalScreen):
+    """One op: every figure, its position against the roofline and bounds, measured samples."""
+
+    BINDINGS: ClassVar = [Binding("escape", "app.pop_screen", "back"),
+                          Binding("backspace", "app.pop_screen", "back", show=False)]
+
+    def __init__(self, row: pd.Series) -> None:
+        super().__init__()
+        self.row = row
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.render_detail(), id="detail")
+        yield Footer()
+
+    def render_detail(self) -> Text:
+        a: Analysis = self.app.analysis  # type: ignore[attr-defined]
+        r = self.row
+        out = Text(f"{r['op']} {r['pass']}\n", style="bold")
+        for c in visible_columns(a):
+            if c.key in ("op", "pass"):
+                continue
+            out.append(f"  {c.label:<14}", style="dim")
+            out.append_text(styled(r[c.key], c))
+            out.append("\n")
+        out.append("\nwhere it stands (time per step; █ = its time)\n", style="bold")
+        bars = [("time", r.get("time_s"))]
+        bars += [(k, r.get(f"{k}_time_s")) for k in ("predicted", "measured", "roofline",
+                                                      "orojenesis", "bound")]
+        finite = [float(v) for _, v in bars if isinstance(v, int | float) and v == v and v > 0]
+        top = max(finite) if finite else 0.0
+        for label, v in bars:
+            if not isinstance(v, int | float) or v != v or top <= 0:
+                continue
+            n = round(40 * float(v) / top)
+            out.append(f"  {label:<11}{'█' * n:<41}{fmt_seconds(float(v))}\n")
+        head = r.get("headroom")
+        if isinstance(head, float) and head == head:
+            out.append(f"\n  {head:.2f}x its bound: limited by {r.get('limiter')}\n", style="bold")
+        return out
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS: ClassVar = [Binding("escape", "app.pop_screen", "back"),
+                          Binding("h", "app.pop_screen", "back", show=False)]
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+        yield Footer()
+
+
+class AnalyzerApp(App):
+    """``reload_args``: how to read the analysis again (``api.analyze``'s arguments)."""
+
+    CSS = """
+    #cards { padding: 1 1; height: auto; }
+    #notes { padding: 0 1; color: $warning; height: auto; }
+    DetailScreen, HelpScreen { align: center middle; }
+    #detail, #help { width: 90; height: auto; max-height: 90%; border: round $accent;
+                     background: $surface; padding: 1 2; overflow-y: auto; }
+    """
+    BINDINGS: ClassVar = [Binding("s", "summary", "summary"), Binding("e", "stage", "stage"),
+                          Binding("r", "reload", "reload"), Binding("h", "help", "help"),
+                          Binding("q", "quit", "quit")]
+
+    def __init__(self, analysis: Analysis, reload_args: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.analysis = analysis
+        self.reload_args = reload_args or {}
+        self.group_index = 0
+
+    def on_mount(self) -> None:
+        self.title = "opatlas analyze"
+        self.push_screen(SummaryScreen())
+
+    def _main_screen(self) -> Screen:
+        while isinstance(self.screen, ModalScreen):
+            self.pop_screen()
+        return self.screen
+
+    def action_summary(self) -> None:
+        if not isinstance(self._main_screen(), SummaryScreen):
+            self.switch_screen(SummaryScreen())
+
+    def action_stage(self) -> None:
+        screen = self._main_screen()
+        if isinstance(screen, StageScreen):
+            screen.refresh_data()
+        else:
+            self.switch_screen(StageScreen())
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_reload(self) -> None:
+        """Read the source again (a re-run, a refitted model, a new trace)."""
+        from opatlas.analyze import api
+        from opatlas.errors import OpatlasError
+
+        args = {k: v for k, v in self.reload_args.items() if v is not None}
+        source = args.pop("source", None)
+        try:
+            self.analysis = api.analyze(source, **args) if source else self.analysis
+        except OpatlasError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        screen = self._main_screen()
+        if isinstance(screen, SummaryScreen | StageScreen):
+            screen.refresh_data()
+        self.notify("reloaded")

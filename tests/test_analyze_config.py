@@ -1,0 +1,148 @@
+"""The config source: rows are the estimator's items (same times, summing to the step time),
+with bounds checked by hand, and --measured replacing predictions from a store."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from opatlas.analyze import api
+from opatlas.bounds import frontier, gemm
+from opatlas.cli import main
+from opatlas.devices import get_device
+from opatlas.estimate import estimate_step, load_config
+from opatlas.store import Store
+from opatlas.store.db import ResultRow
+
+CONFIG = "llama2-7b"  # analytical ops: fast, no model fitting
+
+
+@pytest.fixture(scope="module")
+def analysis():
+    return api.analyze(CONFIG)
+
+
+def _cli_json(capsys, *args: str) -> dict:
+    with pytest.raises(SystemExit) as exc:
+        main([*args])
+    assert exc.value.code in (0, None)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_json_rows_sum_to_the_estimates_step_and_match_its_items(capsys):
+    est = _cli_json(capsys, "estimate", CONFIG, "--json")
+    ana = _cli_json(capsys, "analyze", CONFIG, "--json")
+    assert set(ana) >= {"source", "summary", "rows"}
+    assert ana["source"] == {"kind": "config", "path": CONFIG}
+    total = sum(r["time_s"] for r in ana["rows"])
+    assert total == pytest.approx(est["step_time_s"], rel=1e-12)
+    assert ana["summary"]["total_time_s"] == pytest.approx(est["step_time_s"], rel=1e-12)
+    assert [(r["op"], r["pass"], r["calls"]) for r in ana["rows"]] == \
+        [(i["name"], i["pass"], i["calls"]) for i in est["items"]]
+    assert [r["time_s"] for r in ana["rows"]] == pytest.approx([i["time_s"] for i in est["items"]],
+                                                               rel=1e-12)
+    for r in ana["rows"]:
+        assert {"op", "pass", "calls", "time_s", "flops", "bytes", "bound_time_s", "limiter",
+                "shape"} <= set(r)
+        assert isinstance(r["shape"], dict)
+
+
+def test_gemm_bounds_by_hand(analysis):
+    dev = get_device("H100")
+    row = analysis.rows[(analysis.rows["op"] == "linear1") & (analysis.rows["pass"] == "fwd")].iloc[0]
+    b, m, k, n = row["gemm"]
+    assert b == 1 and k == 4096  # tokens x hidden -> q, k, v of one TP shard
+    words = frontier(gemm(m, k, n, 2)).lookup(dev.onchip_bytes / 2)
+    assert row["orojenesis_bytes"] == pytest.approx(row["calls"] * words * 2)
+    flops = 2.0 * m * k * n
+    assert row["flops"] == pytest.approx(row["calls"] * flops, rel=1e-9)
+    compute_s = row["flops"] / dev.peak("bf16")
+    assert row["bound_time_s"] == pytest.approx(max(compute_s, row["bytes"] / dev.bandwidth,
+                                                    row["orojenesis_bytes"] / dev.bandwidth))
+    assert row["headroom"] == pytest.approx(row["time_s"] / row["bound_time_s"])
+    # analytical mode: a GEMM runs at 70% of peak compute, so 1/0.7 of its compute bound
+    assert row["headroom"] == pytest.approx(1 / 0.7, rel=1e-6)
+    assert row["limiter"] == "compute"
+    assert row["util_compute"] == pytest.approx(0.7, rel=1e-6)
+
+
+def test_every_row_has_a_limiter_and_collectives_a_bandwidth_bound(analysis):
+    rows = analysis.rows
+    assert rows["limiter"].isin(["compute", "memory", "communication", "bubble", "overhead"]).all()
+    comm = rows[rows["category"] == "tp_comm"].iloc[0]
+    n, nbytes = comm["shape"]["ranks"], comm["shape"]["bytes"]
+    link = load_config(CONFIG).cluster.intra_bw_gbps * 1e9
+    assert comm["bound_time_s"] == pytest.approx(comm["calls"] * 2 * (n - 1) / n * nbytes / link)
+    assert comm["limiter"] == "communication" and comm["headroom"] >= 1
+
+
+def test_pipeline_config_rows_are_the_slowest_stage_and_carry_the_schedule():
+    a = api.analyze("llama2-70b")
+    est = estimate_step(load_config("llama2-70b"))
+    assert a.rows["time_s"].sum() == pytest.approx(est.step_time_s, rel=1e-12)
+    stage = a.rows["group"].iloc[0]
+    assert (a.rows["group"] == stage).all()
+    assert stage == est.config.parallel.pp - 1  # the head makes the last stage the slowest
+    blocks = a.summary["timeline"]
+    assert {b["stage"] for b in blocks} == set(range(est.config.parallel.pp))
+    span = max(b["start_s"] + b["dur_s"] for b in blocks) - min(b["start_s"] for b in blocks)
+    assert span == pytest.approx(est.step_time_s, rel=0.01)
+
+
+def _store_with(path, est, op: str, pass_: str, seconds: float, device: str = "H100"):
+    item = next(i for i in est.items if i.name == op and i.pass_ == pass_)
+    params = {**dict(item.shape), "dtype": "bf16"}
+    with Store(path) as st:
+        st.add_results([ResultRow("v1", op, json.dumps(params), pass_, "cuda", device, "bf16",
+                                  "ok", repeats=5, median_ns=seconds * 1e9)])
+    return item
+
+
+def test_measured_replaces_the_prediction_and_shows_the_error(tmp_path):
+    est = estimate_step(load_config(CONFIG))
+    item = _store_with(tmp_path / "m.duckdb", est, "linear3", "fwd", 2e-3,
+                       device="NVIDIAH10080GBHBM3")
+    a = api.analyze(CONFIG, measured=tmp_path / "m.duckdb")
+    r = a.rows[(a.rows["op"] == "linear3") & (a.rows["pass"] == "fwd")].iloc[0]
+    predicted = item.time_s
+    assert r["time_s"] == pytest.approx(2e-3 * item.calls)
+    assert r["predicted_time_s"] == pytest.approx(predicted)
+    assert r["error"] == pytest.approx((predicted - 2e-3 * item.calls) / (2e-3 * item.calls))
+    others = a.rows[a.rows["measured_time_s"].isna()]
+    assert (others["error"].isna()).all()
+    assert a.rows["time_s"].sum() == pytest.approx(a.total_time_s)
+    assert any(c.key == "error" for c in a.columns)
+    assert a.summary["estimation_error"] == pytest.approx(r["error"])
+
+
+def test_measured_on_another_device_is_not_used_and_is_said(tmp_path):
+    est = estimate_step(load_config(CONFIG))
+    _store_with(tmp_path / "m.duckdb", est, "linear3", "fwd", 2e-3, device="A100")
+    a = api.analyze(CONFIG, measured=tmp_path / "m.duckdb")
+    assert a.rows["measured_time_s"].isna().all()
+    assert a.total_time_s == pytest.approx(est.step_time_s)
+    assert any("no measurement matches" in n for n in a.summary["notes"])
+    from opatlas.errors import OpatlasError
+
+    with pytest.raises(OpatlasError, match="no measurement matches"):
+        api.analyze(CONFIG, measured=tmp_path / "m.duckdb", strict=True)
+
+
+def test_bubble_follows_the_measured_stage_time(tmp_path):
+    est = estimate_step(load_config("llama2-70b"))
+    item = _store_with(tmp_path / "m.duckdb", est, "linear3", "bwd",
+                       2 * next(i.time_per_call_s for i in est.items
+                                if i.name == "linear3" and i.pass_ == "bwd"))
+    a = api.analyze("llama2-70b", measured=tmp_path / "m.duckdb")
+    rows = a.rows
+    stage = rows["category"].isin(["compute", "tp_comm", "ep_comm", "p2p"])
+    before = rows.loc[stage, "predicted_time_s"].sum()
+    after = rows.loc[stage, "time_s"].sum()
+    assert after == pytest.approx(before + item.time_s)
+    bubble = rows[rows["category"] == "pp_bubble"].iloc[0]
+    assert bubble["time_s"] == pytest.approx(bubble["predicted_time_s"] * after / before)
+    assert not math.isnan(bubble["time_s"])
+    assert isinstance(rows, pd.DataFrame)
