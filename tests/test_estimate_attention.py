@@ -112,3 +112,22 @@ def test_attention_dropout_is_a_memory_roofline_over_the_scores():
     assert rows["fwd"].time_per_call_s == pytest.approx(one)
     assert with_drop.breakdown["compute"] - plain.breakdown["compute"] == \
         pytest.approx(NMB * LAYERS * 3 * one)
+
+
+def test_collectives_across_nodes_use_the_rails_of_their_ranks():
+    """A ring over 4 nodes × 8 GPUs crosses each node on 8 rails of 25 GB/s: 200 GB/s of bus
+    bandwidth, capped by NVLink; one GPU per node gets one rail; an all-to-all one port."""
+    import numpy as np
+
+    from opatlas.estimate.comm import AlphaBeta
+    from opatlas.estimate.config import ClusterConfig
+
+    ab = AlphaBeta(ClusterConfig(intra_bw_gbps=300, inter_bw_gbps=25, inter_latency_us=0))
+    size = np.array([1e9])
+    ring = 2 * 31 / 32 * 1e9
+    assert ab.time("all_reduce", size, 32, False, per_node=8)[0] == pytest.approx(ring / 200e9)
+    assert ab.time("all_reduce", size, 32, False, per_node=1)[0] == pytest.approx(ring / 25e9)
+    assert ab.time("all_reduce", size, 64, False, per_node=16)[0] == pytest.approx(
+        2 * 63 / 64 * 1e9 / 300e9)  # NVLink caps it
+    assert ab.time("all_to_all", size, 32, False, per_node=8)[0] == pytest.approx(
+        31 / 32 * 1e9 / 25e9)

@@ -7,7 +7,8 @@ point-to-point S/B + α. B and α are the intra-node link's when the group fits 
 node. A group that spans nodes with k of its ranks in each node runs its rings (NCCL's
 channels) over the k network ports of those ranks, one rail per GPU as in a DGX: its bus
 bandwidth is the smaller of k ports and the intra-node link (a ring crosses each node once
-per channel, and the channels spread over the k rails), with the network's latency.
+per channel, and the channels spread over the k rails), with the network's latency. An
+all-to-all or a point-to-point send gets one port: every rank's bytes are its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import numpy as np
 import pandas as pd
 
 from opatlas.estimate.config import ClusterConfig
+
+# collectives run as rings, whose node crossings spread over the rails of the group's ranks;
+# an all-to-all's or a send's bytes each leave through their own rank's port
+RING = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 class AlphaBeta:
@@ -39,7 +44,7 @@ class AlphaBeta:
         nbytes = np.asarray(nbytes, dtype=float)
         if n <= 1:
             return np.zeros_like(nbytes)
-        bw, alpha = self._link(within_node, per_node if op != "p2p" else 1)
+        bw, alpha = self._link(within_node, per_node if op in RING else 1)
         if op == "all_reduce":
             return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
         if op in ("all_gather", "reduce_scatter", "all_to_all"):
