@@ -61,3 +61,22 @@ def test_error_on_measured_runs_is_pinned(name):
     assert not [n for n in run.breakdown if run.breakdown[n] < 0]
     assert run.error == pytest.approx(EXPECTED[name], abs=0.002)
     assert abs(run.error) <= 0.15
+
+
+@pytest.mark.slow
+def test_unfused_items_are_the_data_models_at_the_hand_computed_shapes():
+    """GPT 18B: tp 8, micro-batch 1, 48 heads, sequence 2048, hidden 6144: each attention-core
+    item's time per call is the bundled A100 model's prediction at that shape."""
+    from opatlas.estimate import estimate_step
+    from opatlas.predict import Predictor
+
+    est = estimate_step(load_config(VAL.FOLDER / "gpt-18b.yml"))
+    shape = {"mp": [8], "b": [1], "h": [48], "l": [2048], "dim": [6144]}
+    pred = Predictor.shared(device="NVIDIAA100-SXM4-80GB", dtype="fp16", data="bundled")
+    by = {(it.name, it.pass_): it for it in est.items}
+    for op in ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm"):
+        for pass_ in ("fwd", "bwd"):
+            want = float(pred.predict(op, shape, pass_=pass_)[0]) * 1e-6
+            assert by[(op, pass_)].time_per_call_s == pytest.approx(want, rel=1e-9)
+        assert by[(op, "recompute")].time_s == pytest.approx(by[(op, "fwd")].time_s)
+        assert by[(op, "fwd")].calls == 32 * 40  # micro-batches × layers
