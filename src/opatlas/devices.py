@@ -49,6 +49,18 @@ DEVICES = {d.name: d for d in (
                           "fp32": 66.9 * T, "fp8": 1978.9 * T}, 4.0e12, 50 * MiB, 96 * GiB, 132,
            "NVIDIA GH200 Grace Hopper datasheet (H100 compute; 96 GB HBM3 at 4 TB/s)",
            ("NVIDIAGH200480GB", "GH200")),
+    Device("B200-SXM-180GB", {"fp16": 2250 * T, "bf16": 2250 * T, "tf32": 1100 * T,
+                              "fp8": 4500 * T}, 8.0e12, 126 * MiB, 180e9, 148,
+           "NVIDIA HGX B200 / DGX B200 datasheets, per GPU (dense = half the 'with sparsity' "
+           "Tensor Core figures: FP16/BF16 36 PF, TF32 18 PF, FP8 72 PF per 8 GPUs); HBM3e "
+           "1,440 GB and 64 TB/s per 8 GPUs; 148 SMs (Chips and Cheese, 'Nvidia's B200: Keeping "
+           "the CUDA Juggernaut Rolling', 2025); 126 MB L2 (reported in the Blackwell memory-"
+           "hierarchy literature; not on NVIDIA's datasheets)", ("NVIDIAB200", "B200")),
+    Device("GB200-186GB", {"fp16": 2500 * T, "bf16": 2500 * T, "tf32": 1250 * T,
+                           "fp8": 5000 * T}, 8.0e12, 126 * MiB, 186e9, 148,
+           "NVIDIA GB200 NVL72 datasheet, per GPU (dense = half the 'with sparsity' Tensor "
+           "Core figures: FP16/BF16 360 PF, TF32 180 PF, FP8 720 PF per 72 GPUs); HBM3e "
+           "186 GB at 8 TB/s per GPU; SMs and L2 as B200's", ("NVIDIAGB200", "GB200")),
     Device("MI300X", {"fp16": 1307.4 * T, "bf16": 1307.4 * T, "tf32": 653.7 * T,
                       "fp32": 163.4 * T, "fp8": 2614.9 * T}, 5.3e12, 256 * MiB, 192 * GiB, 304,
            "AMD Instinct MI300X data sheet (dense matrix peaks; HBM3 5.3 TB/s; 256 MB Infinity "

@@ -14,9 +14,11 @@ from opatlas.errors import OpatlasError
 
 def analyze(source: str | Path, *, kind: str | None = None, measured: Path | None = None,
             models: Path | None = None, device: str | None = None,
-            strict: bool = False) -> Analysis:
-    """The analysis of a config, a store or a trace (the kind is detected unless given)."""
-    extra = {"device": device} if device else {}
+            strict: bool = False, extra: dict[str, Any] | None = None) -> Analysis:
+    """The analysis of a config, a store, a trace, a PyBuda run or netlist, or a tt-metal
+    profiler CSV (the kind is detected unless given); ``extra``: kind-specific options
+    (PyBuda: netlist, dir, spatial_epochs; tt-metal: start/end_signpost, ignore_signposts)."""
+    extra = {**({"device": device} if device else {}), **(extra or {})}
     return read(source, kind, ReadOptions(measured=measured, models=models, strict=strict,
                                           extra=extra))
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from opatlas.bounds.frontier import Frontier, frontier
 from opatlas.bounds.gpu_data import measured_points, seed_points
-from opatlas.bounds.plots import plot_bar_ratios, plot_frontiers
+from opatlas.bounds.plots import plot_accel_sweep, plot_bar_ratios, plot_frontiers
 from opatlas.bounds.problems import FIG12_LEGENDS, FIGURES
 
 
@@ -62,4 +62,24 @@ def make_figures(outdir: Path) -> list[Path]:
     out.append(plot_frontiers(fr["fig24a"], outdir / "fig24a.png", legends=["4k_4k_4k (fp32)"],
                               logy=False, xlim=(1e6, 2e8), ylim=(0, 4e9), y_end=2e8,
                               gpu_data=gpu, coefficient=4))
+    out += fig24b(outdir, fr["fig24a"][0])
     return out
+
+
+def fig24b(outdir: Path, bound: Frontier | None = None, mappings: int = 2000,
+           search_rounds: int = 40) -> list[Path]:
+    """Simba-like mappings of the 4096³ GEMM, GlobalBuffer 0.125–512 KB, against the bound:
+    every mapping (``fig24b_mappings.csv.gz``), the best per size, and the plot."""
+    from opatlas.bounds.accel_report import sweep_buffer_sizes
+    from opatlas.bounds.arch import load_arch
+
+    (e,) = FIGURES["fig24a"]()
+    sweep = sweep_buffer_sizes(e, load_arch("simba"), mappings=mappings, bound=bound,
+                               search_rounds=search_rounds)
+    paths = [outdir / "fig24b_mappings.csv.gz", outdir / "fig24b_best.csv"]
+    sweep.points.to_csv(paths[0], index=False)
+    sweep.best().to_csv(paths[1], index=False)
+    paths.append(plot_accel_sweep(sweep.frontier, sweep.points, outdir / "fig24b.png",
+                                  title=f"Simba-like, {e.name} GEMM, {mappings:,} mappings "
+                                        "per GlobalBuffer size", searched=sweep.searched))
+    return paths

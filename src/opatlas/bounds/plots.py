@@ -106,3 +106,60 @@ def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] |
     ax.set_xlabel("Buffer Size (B)")
     ax.set_ylabel("Backing Store Accesses (B)")
     return _finish(fig, ax, path, title)
+
+
+def plot_accel_sweep(frontier: Frontier, points: pd.DataFrame, path: Path, *,
+                     level: str = "GlobalBuffer", coefficient: float = 1.0,
+                     title: str | None = None, figsize: tuple[float, float] = (6.0, 3.4),
+                     searched: pd.DataFrame | None = None) -> Path:
+    """Fig. 24b: every mapping's DRAM accesses scattered at its level's capacity (one colour
+    per size), the best per size starred (and, with ``searched``, the best after local search
+    as a diamond), over the Orojenesis bound."""
+    fig, ax = plt.subplots(figsize=figsize, dpi=150)
+    sizes = sorted(points["capacity_bytes"].unique())
+    tiles = points["tile_words"].max() * coefficient
+    x_end = max(float(frontier.buffer[-1]) * coefficient, sizes[-1] * 4, tiles * 2)
+    x, y = _series(frontier, "accesses", x_end, coefficient)
+    ax.plot(x, y, color="black", lw=1.4, label="Orojenesis bound", zorder=4)
+    colors = plt.get_cmap("viridis")(np.linspace(0.05, 0.9, len(sizes)))
+    rng = np.random.default_rng(0)
+    for size, color in zip(sizes, colors, strict=True):
+        g = points[points["capacity_bytes"] == size]
+        jitter = size * np.exp(rng.uniform(-0.12, 0.12, len(g)))  # spread the column a little
+        ax.scatter(jitter, g["dram_bytes"], s=3, alpha=0.4, color=color, lw=0, zorder=2)
+        ax.scatter([], [], s=16, color=color, label=f"{level} {_kb(size)}: {len(g):,} mappings")
+        best = g.loc[g["dram_accesses"].idxmin()]
+        tile_x = best["tile_words"] * coefficient
+        ax.plot([size, tile_x], [best["dram_bytes"]] * 2, ls=":", lw=0.8, color=color, zorder=4)
+        ax.scatter([size], [best["dram_bytes"]], marker="*", s=70, color=color,
+                   edgecolor="black", lw=0.6, zorder=5)
+        ax.scatter([tile_x], [best["dram_bytes"]], marker="*", s=70, facecolor="none",
+                   edgecolor=color, lw=0.8, zorder=5)
+    if searched is not None and len(searched):
+        for size, color in zip(sizes, colors, strict=True):
+            g = searched[searched["capacity_bytes"] == size]
+            ax.scatter([size], [g["dram_bytes"].min()], marker="D", s=28, color=color,
+                       edgecolor="black", lw=0.6, zorder=6)
+        ax.scatter([], [], marker="D", s=28, color="grey", edgecolor="black", lw=0.6,
+                   label="best after local search")
+    ax.scatter([], [], marker="*", s=70, color="grey", edgecolor="black", lw=0.6,
+               label="best mapping, at the level's capacity")
+    ax.scatter([], [], marker="*", s=70, facecolor="none", edgecolor="grey", lw=0.8,
+               label="best mapping, at its uniform tile\n(all loops below DRAM)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(sizes[0] / 3, x_end)
+    ax.set_xlabel(f"{level} size / buffer size (B)")
+    ax.set_ylabel("DRAM accesses (B)")
+    if title:
+        ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _kb(size: float) -> str:
+    return f"{size / 1024:g} KB"

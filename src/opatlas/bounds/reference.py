@@ -37,12 +37,20 @@ def _delta(cur: list[tuple[int, int]], prev: list[tuple[int, int]] | None) -> in
 def mapping_accesses(einsum: Einsum, tile: dict[str, int], order: list[str]) -> dict[str, int]:
     """Simulate one mapping: per tensor backing-store accesses (output with first-read elision)."""
     factors = {r: math.ceil(n / tile[r]) for r, n in einsum.ranks.items()}
+    return loop_nest_accesses(einsum, tile, [(r, factors[r], tile[r]) for r in order])
+
+
+def loop_nest_accesses(einsum: Einsum, tile: dict[str, int],
+                       loops: list[tuple[str, int, int]]) -> dict[str, int]:
+    """Simulate the backing-store loops ``(rank, bound, stride)`` (outermost first; a rank may
+    have several) over a tile, iteration by iteration: per tensor accesses, the output with
+    first-read elision. Multi-level mappings flatten to this form for one tensor."""
     content = dict.fromkeys((t.name for t in einsum.tensors), 0)
     prev: dict[str, list[tuple[int, int]] | None] = dict.fromkeys(content)
-    for idx in itertools.product(*(range(factors[r]) for r in order)):
+    for idx in itertools.product(*(range(bound) for _, bound, _ in loops)):
         start = dict.fromkeys(einsum.ranks, 0)
-        for r, i in zip(order, idx, strict=True):
-            start[r] = i * tile[r]
+        for (r, _, stride), i in zip(loops, idx, strict=True):
+            start[r] += i * stride
         for t in einsum.tensors:
             box = _box(t, start, tile)
             content[t.name] += _delta(box, prev[t.name])

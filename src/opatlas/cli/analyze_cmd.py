@@ -13,10 +13,13 @@ from opatlas.errors import OpatlasError
 
 def analyze(
     source: str | None = typer.Argument(None, help="A training config (or bundled name), a "
-                                                   "results store (.duckdb) or a torch.profiler "
-                                                   "trace (.json, .json.gz)."),
+                                                   "results store (.duckdb), a torch.profiler "
+                                                   "trace (.json, .json.gz), a PyBuda run folder "
+                                                   "or netlist, or a tt-metal ops_perf_results "
+                                                   "CSV."),
     kind: str | None = typer.Option(None, "--kind", help="Source kind, when auto-detection "
-                                                         "cannot tell: config, store, trace ..."),
+                                                         "cannot tell: config, store, trace, pybuda, "
+                                                         "ttmetal."),
     as_json: bool = typer.Option(False, "--json", help="Print the analysis as one JSON object."),
     csv: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report."),
@@ -31,6 +34,18 @@ def analyze(
     save: Path | None = typer.Option(None, "--save", help="Keep the analysis as JSON."),
     load: Path | None = typer.Option(None, "--load", help="Open an analysis kept with --save."),
     strict: bool = typer.Option(False, "--strict", help="A fallback is an error."),
+    netlist: Path | None = typer.Option(None, "-n", "--netlist", help="PyBuda: the model's "
+                                        "netlist (SOURCE may then be left out)."),
+    spatial_epochs: bool = typer.Option(False, "-s", "--spatial_epochs", "--spatial-epochs",
+                                        help="PyBuda: show spatial epochs, not temporal ones."),
+    run_dir: Path | None = typer.Option(None, "-d", "--dir", help="PyBuda: the run folder "
+                                        "(perf_results/, op_perf.csv, balancer_score.csv)."),
+    start_signpost: str | None = typer.Option(None, "--start-signpost", help="tt-metal: "
+                                              "analyse after this signpost (as tt-perf-report)."),
+    end_signpost: str | None = typer.Option(None, "--end-signpost", help="tt-metal: ... "
+                                            "until this signpost."),
+    ignore_signposts: bool = typer.Option(False, "--ignore-signposts", help="tt-metal: the "
+                                          "whole file, whatever its signposts."),
 ) -> None:
     """Per op: measured vs predicted vs bound, and why (compute, memory, communication ...).
 
@@ -43,16 +58,26 @@ def analyze(
         opatlas analyze trace.json.gz --device H100 --tui
 
         opatlas analyze my.duckdb --csv rows.csv --save a.json
+
+        opatlas analyze -n tt_build/model_netlist.yaml -d tt_build --html buda.html
+
+        opatlas analyze ops_perf_results_2025_09_18.csv --ignore-signposts --json
     """
     from opatlas.analyze import api
 
+    extra = {k: v for k, v in {"netlist": netlist, "dir": run_dir,
+                               "spatial_epochs": spatial_epochs or None,
+                               "start_signpost": start_signpost, "end_signpost": end_signpost,
+                               "ignore_signposts": ignore_signposts or None}.items() if v}
+    if source is None and load is None and (netlist or run_dir):
+        source = str(netlist or run_dir)
     if (source is None) == (load is None):
         raise OpatlasError("give a SOURCE to analyse, or --load a saved analysis (not both)")
     if load is not None:
         analysis = api.load(load)
     else:
         analysis = api.analyze(source, kind=kind, measured=measured, models=models,
-                               device=device, strict=strict)
+                               device=device, strict=strict, extra=extra)
     for note in analysis.summary.get("notes") or []:
         typer.echo(f"opatlas: note: {note}", err=True)
     if trace is not None:
@@ -67,6 +92,7 @@ def analyze(
         typer.echo(json.dumps(analysis.to_json()))
         return
     if tui or (sys.stdout.isatty() and not any((trace, html, csv, save))):
-        api.run_app(analysis, source=source, kind=kind, measured=measured, device=device)
+        api.run_app(analysis, source=source, kind=kind, measured=measured, device=device,
+                    extra=extra or None)
     elif not any((trace, html, csv, save)):
         api.print_table(analysis)

@@ -9,13 +9,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from opatlas.cli import estimate_run as er
 from opatlas.errors import OpatlasError
 
 
 def estimate(
-    config: str = typer.Argument(..., help="Config YAML (opatlas or estimate-train-time), or a "
+    config: str | None = typer.Argument(None, help="Config YAML (opatlas or estimate-train-time), a "
+                                           "Hugging Face config.json, or a "
                                            "bundled example: llama2-7b, llama2-13b, llama2-70b, "
-                                           "gpt3-175b, mixtral-8x7b, llemma_7b_4_2_2_P."),
+                                           "gpt3-175b, mixtral-8x7b, llemma_7b_4_2_2_P, "
+                                           "llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, qwen3-8b, "
+                                           "mixtral-8x7b-v0.1."),
     as_json: bool = typer.Option(False, "--json"),
     plot: Path | None = typer.Option(None, "--plot", help="Stacked-bar plot of the breakdown."),
     do_search: bool = typer.Option(False, "--search", help="Rank the layouts of --gpus GPUs."),
@@ -23,6 +27,12 @@ def estimate(
     top: int = typer.Option(10, "--top", min=1),
     analytical: bool = typer.Option(False, "--analytical",
                                     help="Roofline ops and alpha-beta collectives: no data."),
+    megatron_args: str | None = er.MegatronOpt,
+    gpus_per_node: int | None = er.GpusPerNodeOpt,
+    sets: list[str] | None = er.SetOpt,
+    tokens: str | None = er.TokensOpt,
+    steps: int | None = er.StepsOpt,
+    gpu_hour_price: float | None = er.PriceOpt,
 ) -> None:
     """Estimate the time of one optimizer step, its breakdown, throughput, MFU and memory.
 
@@ -33,16 +43,30 @@ def estimate(
         opatlas estimate llama2-70b --json --plot l70.png
 
         opatlas estimate llama2-7b --search --gpus 64 --top 5
-    """
-    from opatlas.estimate import estimate_step, load_config, search
 
-    cfg = load_config(config)
+        opatlas estimate llama-3.1-8b --gpus 64 --search --set model.seq_len=8192 --tokens 2T
+
+        opatlas estimate --megatron-args @examples/megatron/gpt3-175b.args --gpus 1024
+    """
+    from opatlas.estimate import estimate_step, search
+
+    cfg, input_steps = er.load(config, megatron_args, gpus, gpus_per_node, sets, do_search)
     if analytical:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
                                      "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
     if do_search:
         if gpus is None:
             raise OpatlasError("--search needs --gpus N")
+        if er.wants_run(tokens, steps, input_steps, gpu_hour_price):
+            ranked, n, oom = er.search_runs(cfg, gpus, top, tokens, steps, gpu_hour_price,
+                                            input_steps)
+            er.print_search_runs(ranked, n, oom, as_json)
+            if plot is not None and ranked:
+                from opatlas.estimate.plot import plot_breakdown
+
+                plot_breakdown([e for e, _ in ranked], plot,
+                               f"{cfg.model.name}: fastest runs on {gpus} GPUs")
+            return
         best, n, oom = search(cfg, gpus, top)
         if as_json:
             typer.echo(json.dumps({"evaluated": n, "oom": oom,
@@ -55,12 +79,14 @@ def estimate(
             plot_breakdown(best, plot, f"{cfg.model.name}: best layouts of {gpus} GPUs")
         return
     est = estimate_step(cfg)
+    run = er.run_of(est, tokens, steps, gpu_hour_price, input_steps) \
+        if er.wants_run(tokens, steps, input_steps, gpu_hour_price) else None
     if plot is not None:
         from opatlas.estimate.plot import plot_breakdown
 
         plot_breakdown([est], plot)
     if as_json:
-        typer.echo(json.dumps(est.as_json()))
+        typer.echo(json.dumps({**est.as_json(), **({"run": run.as_json()} if run else {})}))
         return
     c = Console()
     table = Table("part", "seconds", "share", title=f"{cfg.model.name} on {cfg.gpus} x "
@@ -73,6 +99,8 @@ def estimate(
             f"{est.memory_limit_gib:.0f} GiB per GPU ({'fits' if est.fits else 'OUT OF MEMORY'})")
     for note in est.notes:
         c.print(f"note: {note}")
+    if run is not None:
+        er.print_run(run, gpu_hour_price)
 
 
 def _print_search(best: list, n: int, oom: int) -> None:

@@ -159,16 +159,30 @@ def from_ett(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def load_config(path: str | Path) -> TrainConfig:
+def load_config(path: str | Path, notes: list[str] | None = None) -> TrainConfig:
+    """A config file or bundled example, validated; ``notes`` (if given) receives what was
+    assumed on the way (Hugging Face defaults, cluster presets)."""
+    data, path = read_config(path)
+    return validate_config(data, path, notes)
+
+
+def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
+    """The raw mapping of a config file or bundled example (estimate-train-time's and Hugging
+    Face's formats converted), not yet validated, and the file it came from."""
     path = Path(path)
     if not path.exists():
         from importlib import resources
 
+        from opatlas.estimate.hf import bundled_hf
+
         bundled = resources.files("opatlas") / "data" / "configs" / f"{path.name.removesuffix('.yml')}.yml"
-        if not bundled.is_file():
+        if bundled.is_file():
+            path = Path(str(bundled))
+        elif (hf := bundled_hf(path.name)) is not None:
+            path = hf
+        else:
             raise SpecError("no such config file, and no bundled example of that name",
                             file=str(path))
-        path = Path(str(bundled))
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -181,6 +195,20 @@ def load_config(path: str | Path) -> TrainConfig:
         except (KeyError, ValueError, TypeError) as exc:
             raise SpecError(f"not a valid estimate-train-time config: {exc}", file=str(path),
                             key="training_config") from None
+    from opatlas.estimate.hf import is_hf_config
+
+    if is_hf_config(data):
+        data = {"model": {"hf": str(path)}}
+    return data, path
+
+
+def validate_config(data: dict[str, Any], path: str | Path,
+                    notes: list[str] | None = None) -> TrainConfig:
+    """Resolve ``model.hf`` and ``cluster.preset`` in a raw mapping, then validate it; errors
+    name ``path``."""
+    from opatlas.estimate.sources import resolve_sources
+
+    data = resolve_sources(data, Path(path), notes)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:

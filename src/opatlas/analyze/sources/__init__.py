@@ -14,8 +14,10 @@ from typing import Any
 from opatlas.analyze.model import Analysis
 from opatlas.errors import OpatlasError
 
-# modules that register kinds, imported on first use (each calls register() at import)
-_MODULES: list[str] = ["opatlas.analyze.sources.config", "opatlas.analyze.sources.store",
+# modules that register kinds, imported on first use (each calls register() at import);
+# Tenstorrent kinds first: config claims any YAML, and a PyBuda netlist is YAML too
+_MODULES: list[str] = ["opatlas.analyze.sources.pybuda", "opatlas.analyze.sources.ttmetal",
+                        "opatlas.analyze.sources.config", "opatlas.analyze.sources.store",
                         "opatlas.analyze.sources.trace", "opatlas.analyze.sources.saved"]
 
 

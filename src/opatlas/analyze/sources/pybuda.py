@@ -1,0 +1,358 @@
+"""Source kind ``pybuda``: a PyBuda run folder or netlist, as PyBuda's perf analyzer shows it
+(per epoch and per op: estimate, measured kernel, bandwidth-bound time, which pipe limits).
+Without the backend's perf results, the netlist's own estimate (op model, limiter cycles,
+reblocking). The reading is in opatlas.tenstorrent; this module builds the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from opatlas.analyze.model import Analysis, Column, Source
+from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.errors import OpatlasError
+
+KIND = "pybuda"
+# a core's matmul peak: one 32x32x32 tile product per 16 cycles at LoFi (§B.4's tile_weight)
+MATMUL_FLOP_PER_CYCLE = 2 * 32**3 / 16
+WH_L1_BYTES = 1464 * 1024  # a Wormhole core's L1 (MEM_L1_SIZE)
+WH_DRAM_BYTES_S = 288e9  # Wormhole n150 DRAM bandwidth (as tt-perf-report's Wormhole spec)
+
+
+def detect(path: Path) -> bool:
+    if path.is_dir():
+        return (any(path.glob("*netlist.yaml")) or any(path.glob("tt_build/test_out/*netlist.yaml"))
+                or (path / "perf_results" / "analyzer_results").is_dir())
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        return False
+    if path.name.endswith(("netlist.yaml", "netlist.yml")):
+        return True
+    with open(path, errors="replace") as fh:
+        head = fh.read(16384)
+    keys = {line.split(":")[0] for line in head.splitlines() if line[:1].isalpha()}
+    return {"devices", "queues"} <= keys
+
+
+def read(path: Path, options: ReadOptions) -> Analysis:
+    from opatlas.tenstorrent.pybuda_run import find_netlist, has_perf_results
+
+    extra = options.extra
+    netlist = Path(extra["netlist"]) if extra.get("netlist") else None
+    folder = Path(extra["dir"]) if extra.get("dir") else None
+    if path.is_dir():
+        folder = folder or path
+        netlist = netlist or find_netlist(path)
+    elif path.exists():
+        netlist = netlist or path
+        folder = folder or path.parent
+    else:
+        raise OpatlasError(f"{path}: no such file or folder")
+    assert netlist is not None and folder is not None
+    spatial = bool(extra.get("spatial_epochs", False))
+    if has_perf_results(folder):
+        return measured_analysis(netlist, folder, spatial)
+    msg = (f"{folder} has no perf_results/analyzer_results (the backend perf analyzer's "
+           f"output): showing the netlist's own estimate (op model and bandwidth limits)")
+    if options.strict:
+        raise OpatlasError(msg + "; --strict asks for measured results")
+    a = estimate_analysis(netlist, spatial)
+    a.summary["notes"] = [msg, *a.summary["notes"]]  # the CLI says notes on stderr
+    return a
+
+
+# ---------------------------------------------------------------- measured (a run folder)
+
+def _mukt(op: Any) -> str:
+    return f"{op.m_k}/{op.u_kt}" if op.u_kt is not None else ""
+
+
+def _mukt_flag(op: Any) -> str:
+    if op.u_kt is None:
+        return ""
+    if op.m_k == 1:
+        return "good m_k/u_kt"
+    if (op.u_kt < 4 and op.m_k >= 4) or (op.u_kt == 1 and op.m_k > 1):
+        return "bad m_k/u_kt"
+    return ""
+
+
+def _err(est: float | None, actual: float) -> float | None:
+    """|estimate - measured| / measured, as a fraction (the views' error role)."""
+    if est is None or actual <= 0:
+        return None
+    return abs(est - actual) / actual
+
+
+def gemm_dims(op: Any) -> list[int] | None:
+    """[t, M, K, N] of a dense matmul (tiles of 32x32), else None."""
+    if op.type != "matmul" or op.u_kt is None or op.is_sparse:
+        return None
+    return [op.t, op.grid[0] * op.mblock[0] * op.ublock[0] * 32, op.m_k * op.u_kt * 32,
+            op.grid[1] * op.mblock[1] * op.ublock[1] * 32]
+
+
+def matmul_flops(op: Any) -> float:
+    """2·M·K·N·t per input for a dense matmul."""
+    g = gemm_dims(op)
+    return 0.0 if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
+
+
+def tensor_bytes(op: Any) -> float:
+    from opatlas.tenstorrent.opmodel import input_tiles_per_core, tile_bytes
+
+    total = op.tiles_per_core * tile_bytes(op.out_df)
+    for i in range(len(op.inputs)):
+        df = op.in_df[i] if i < len(op.in_df) else op.out_df
+        total += input_tiles_per_core(op, i) * tile_bytes(df)
+    return float(total * op.cores)
+
+
+def _limiter(problem: str, op: Any) -> str:
+    if not problem:
+        return "compute"
+    if problem.startswith("noc"):
+        return "communication"
+    if problem == "output" and not op.output_is_dram:
+        return "communication"
+    return "memory"
+
+
+def _shape(op: Any) -> dict[str, Any]:
+    s = {"grid": list(op.grid), "t": op.t, "mblock": list(op.mblock), "ublock": list(op.ublock)}
+    if op.u_kt is not None:
+        s.update(m_k=op.m_k, u_kt=op.u_kt)
+    return s
+
+
+def _common(op: Any, epoch: int, clock: float) -> dict[str, Any]:
+    return {"op": op.name, "pass": op.pass_, "calls": 1, "group": epoch, "epoch": epoch,
+            "type": op.type, "graph": op.graph, "grid": f"{op.grid[0]}x{op.grid[1]}",
+            "cores": op.cores, "tiles": op.tiles_per_core * op.cores,
+            "mb": f"{op.mblock[0]},{op.mblock[1]}",
+            "ub": f"{op.ublock[0]},{op.ublock[1]}", "t": op.t, "m/u_kt": _mukt(op),
+            "flops": matmul_flops(op), "bytes": tensor_bytes(op), "shape": _shape(op),
+            "gemm": gemm_dims(op)}
+
+
+def _measured_row(rec: dict[str, Any], clock: float, n_in: int) -> dict[str, Any]:
+    op = rec["op"]
+    flags = [f for f in [_mukt_flag(op)] if f]
+    row = {**_common(op, rec["epoch"], clock),
+           "time_s": rec["bw_kernel_cycles"] / clock,
+           "bound_time_s": rec["kernel_cycles"] / clock,
+           "limiter": _limiter(rec["bw_problem"], op),
+           "estimated_cycles": rec["estimated_cycles"], "kernel_cycles": rec["kernel_cycles"],
+           "util": rec["util"] / 100, "estimated_lim_cycles": rec["estimated_lim_cycles"],
+           "bw_kernel_cycles": rec["bw_kernel_cycles"], "bw_util": rec["bw_util"] / 100,
+           "util_compute": rec["bw_util"] / 100, "bw_problem": rec["bw_problem"],
+           "est_err": _err(rec["estimated_cycles"], rec["kernel_cycles"]),
+           "est_lim_err": _err(rec["estimated_lim_cycles"], rec["bw_kernel_cycles"]),
+           "out_req": rec["output_bw"]["required"], "out_bw": rec["output_bw"]["actual"]}
+    if rec["output_bw"]["actual"] < rec["output_bw"]["required"]:
+        flags.append("out below required")
+    for i in range(n_in):
+        b = rec["input_bws"][i] if i < len(rec["input_bws"]) else None
+        row[f"in{i}_req"] = b["required"] if b else None
+        row[f"in{i}_bw"] = b["actual"] if b else None
+        if b and b["actual"] < b["required"]:
+            flags.append(f"in{i} below required")
+    row["flags"] = ", ".join(flags)
+    return _rates(row)
+
+
+def _rates(row: dict[str, Any]) -> dict[str, Any]:
+    t, b = row["time_s"], row["bound_time_s"]
+    row["achieved_flops_s"] = row["flops"] / t if t and row["flops"] else None
+    row["headroom"] = t / b if t and b else None
+    return row
+
+
+def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
+    cols = [Column(key="op", label="name", role="id"),
+            Column(key="epoch", label="epoch", role="group"),
+            Column(key="grid", label="grid"), Column(key="mb", label="mb"),
+            Column(key="ub", label="ub"), Column(key="t", label="t", role="count"),
+            Column(key="m/u_kt", label="m/u_kt",
+                   help="green when m_k = 1; red when (u_kt < 4 and m_k >= 4) or "
+                        "(u_kt = 1 and m_k > 1)")]
+    if has_est:
+        cols.append(Column(key="estimated_cycles", label="est", role="estimated", unit="cycles",
+                           help="the cycles PyBuda's balancer was given (op_perf.csv)"))
+    cols += [Column(key="kernel_cycles", label="kernel", role="measured", unit="cycles",
+                    help="measured kernel time per input with infinite input/output "
+                         "bandwidth"),
+             Column(key="util", label="util", role="util", unit="%")]
+    if has_est:
+        cols.append(Column(key="estimated_lim_cycles", label="est_lim", role="estimated",
+                           unit="cycles", help="the balancer's limiter cycles"))
+    cols += [Column(key="bw_kernel_cycles", label="bw_kernel", role="measured", unit="cycles",
+                    help="measured time per input with the real pipes: the 'real' time"),
+             Column(key="bw_util", label="bw_util", role="util", unit="%"),
+             Column(key="bw_problem", label="bw problem",
+                    help="the pipe furthest below its required bandwidth: noc in<i> "
+                         "(from an op of this epoch), dram in<i>, or output")]
+    if has_est:
+        cols += [Column(key="est_err", label="est err", role="error", unit="%",
+                        help="|est - kernel| / kernel"),
+                 Column(key="est_lim_err", label="est_lim err", role="error", unit="%",
+                        help="|est_lim - bw_kernel| / bw_kernel")]
+    cols += [Column(key="out_req", label="out_req", role="rate", unit="B/cycle"),
+             Column(key="out_bw", label="out_bw", role="rate", unit="B/cycle")]
+    for i in range(n_in):
+        cols += [Column(key=f"in{i}_req", label=f"in{i}_req", role="rate", unit="B/cycle"),
+                 Column(key=f"in{i}_bw", label=f"in{i}_bw", role="rate", unit="B/cycle")]
+    cols.append(Column(key="max_fan_in", label="fan-in", role="count",
+                       help="most producer cores one core of this op gathers an input from"))
+    cols.append(Column(key="flags", label="flags",
+                       help="highlights of PyBuda's perf analyzer: bad/good m_k/u_kt, a pipe "
+                            "below its required bandwidth"))
+    return cols + _common_cols("measured", "kernel time per input (infinite bandwidth)")
+
+
+def _common_cols(time_role: str, bound_help: str) -> list[Column]:
+    """The contract's columns, for the plain table and the roofline."""
+    return [Column(key="pass", label="pass", role="id"),
+            Column(key="time_s", label="time", role=time_role, unit="s",
+                   help="cycles per input / clock"),
+            Column(key="bound_time_s", label="bound", role="bound", unit="s", help=bound_help),
+            Column(key="headroom", label="headroom", role="ratio", unit="x"),
+            Column(key="limiter", label="limiter"),
+            Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
+            Column(key="bytes", label="bytes", role="count", unit="B",
+                   help="tensor bytes read and written per input"),
+            Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
+            Column(key="util_compute", label="util (weighting)", role="util", unit="%"),
+            Column(key="gemm", label="gemm [t, M, K, N]", role="shape")]
+
+
+def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Analysis:
+    from opatlas.tenstorrent.pybuda_run import load_run
+
+    run = load_run(netlist, folder, spatial)
+    clock = run.netlist.clock_hz
+    n_in = min(8, max(len(r["input_bws"]) for ops in run.epochs for r in ops))
+    edges = _edges(run.netlist, spatial)
+    fan = _max_fan_in(edges)
+    rows = pd.DataFrame([{**_measured_row(r, clock, n_in), "max_fan_in": fan.get(r["name"])}
+                         for ops in run.epochs for r in ops])
+    ms = run.model_summary
+    summary = {**_summary_head(run.netlist, spatial), "mode": "measured",
+               "title": f"PyBuda run {folder}", "throughput": ms["overall_speed"],
+               "utilization": ms["overall_util"] / 100,
+               "utilization_label": "approx. utilization",
+               "estimation_error": (None if ms["kernel_estimation_error"] is None
+                                    else ms["kernel_estimation_error"] / 100),
+               "estimation_error_label": "kernel estimate error",
+               **run.model_summary,
+               "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
+               "epoch_summary": run.epoch_summary, "files": run.files,
+               "reblocking": [e for e in edges if e["reblock"]],
+               "reblocking_edges": sum(1 for e in edges if e["reblock"]),
+               "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
+                                  "max() on a display name and takes the first op)"}
+    return Analysis(Source(kind=KIND, path=str(folder)), summary, rows,
+                    _cols_measured(run.has_estimates, n_in), group_label="epoch")
+
+
+def _edges(nl: Any, spatial: bool) -> list[dict[str, Any]]:
+    """The netlist's reblocking report (producer→consumer edges inside each epoch)."""
+    from opatlas.tenstorrent.pybuda_estimate import epochs_of, reblocking
+
+    return [e for i, ops in enumerate(epochs_of(nl, spatial)) for e in reblocking(i, ops)]
+
+
+def _max_fan_in(edges: list[dict[str, Any]]) -> dict[str, int]:
+    fan: dict[str, int] = {}
+    for e in edges:
+        if e["fan_in"] is not None:
+            fan[e["consumer"]] = max(fan.get(e["consumer"], 0), e["fan_in"])
+    return fan
+
+
+def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
+    return {"netlist": str(nl.path), "arch": nl.arch, "clock_hz": nl.clock_hz,
+            "throughput_unit": "samples/s",
+            "peak_flops_s": MATMUL_FLOP_PER_CYCLE * nl.core_count * nl.device_count * nl.clock_hz,
+            "peak_bytes_s": WH_DRAM_BYTES_S,
+            "core_count": nl.core_count, "device_count": nl.device_count,
+            "epochs": (len(nl.graphs) if spatial else max(nl.temporal) + 1),
+            "epoch_kind": "spatial" if spatial else "temporal", "ops": len(nl.all_ops()),
+            "word_bytes": 2, "onchip_bytes": WH_L1_BYTES * nl.core_count * nl.device_count}
+
+
+# ---------------------------------------------------------------- the netlist alone
+
+def _estimate_row(op: Any, est: Any, epoch: int, clock: float, fan_in: int | None
+                  ) -> dict[str, Any]:
+    lim = est.limiter_cycles
+    kind = est.limiter
+    limiter = ("unknown" if lim is None else "compute" if kind == "compute"
+               else "communication" if kind.startswith("noc") else "memory")
+    return _rates({**_common(op, epoch, clock),
+            "time_s": (lim or 0) / clock,
+            "bound_time_s": est.theoretical / clock if est.theoretical else None,
+            "limiter": limiter, "estimated_cycles": est.cycles,
+            "theoretical_cycles": est.theoretical, "estimated_lim_cycles": lim,
+            "bw_problem": "" if kind in ("compute", "unknown") else kind, "max_fan_in": fan_in,
+            "op_model": est.model, "util_compute": None})
+
+
+def _cols_estimate() -> list[Column]:
+    return [Column(key="op", label="name", role="id"),
+            Column(key="epoch", label="epoch", role="group"),
+            Column(key="type", label="type"), Column(key="grid", label="grid"),
+            Column(key="mb", label="mb"), Column(key="ub", label="ub"),
+            Column(key="t", label="t", role="count"), Column(key="m/u_kt", label="m/u_kt"),
+            Column(key="tiles", label="tiles", role="count", help="output tiles per input"),
+            Column(key="estimated_cycles", label="est", role="estimated", unit="cycles",
+                   help="the backend op model's kernel cycles per input"),
+            Column(key="theoretical_cycles", label="theoretical", role="bound", unit="cycles",
+                   help="matmul: t·m_k·mblock·u_kt·ublock·fidelity·16 (math bound)"),
+            Column(key="estimated_lim_cycles", label="est_lim", role="estimated",
+                   unit="cycles", help="max(kernel, input reads, output write) at the "
+                                       "balancer's DRAM / NoC / PCIe bandwidths"),
+            Column(key="bw_problem", label="limited by"),
+            Column(key="max_fan_in", label="fan-in", role="count",
+                   help="most producer cores one core of this op gathers an input from"),
+            Column(key="op_model", label="op model"),
+            *_common_cols("estimated", "matmul: the theoretical (math-bound) cycles")]
+
+
+def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
+    from opatlas.tenstorrent.netlist import load_netlist
+    from opatlas.tenstorrent.opmodel import matmul_check
+    from opatlas.tenstorrent.pybuda_estimate import estimate_netlist
+
+    nl = load_netlist(netlist)
+    result = estimate_netlist(nl, spatial)
+    fan = _max_fan_in(result.reblocking)
+    rows = pd.DataFrame([_estimate_row(op, est, (op.spatial_epoch if spatial
+                                                 else op.temporal_epoch), nl.clock_hz,
+                                       fan.get(op.name))
+                         for op, est in result.ops])
+    check = matmul_check()
+    unmodelled = result.model_summary["unmodelled_ops"]
+    notes = [f"{unmodelled} op(s) of {netlist} have no op model (sparse matmuls: the netlist "
+             f"lacks their non-zero tile counts): they count 0 cycles in the estimate"
+             ] if unmodelled else []
+    summary = {**_summary_head(nl, spatial), "mode": "estimate",
+               "title": f"PyBuda netlist {netlist.name} (estimate)",
+               "throughput": result.model_summary["overall_speed"],
+               **result.model_summary,
+               "time_per_input_s": result.model_summary["pipeline_cycles"] / nl.clock_hz,
+               "epoch_summary": result.epoch_summary,
+               "reblocking": [e for e in result.reblocking if e["reblock"]],
+               "edges": len(result.reblocking),
+               "opmodel_check": check,
+               "opmodel_matmul_mean_error_pct": check["mean_abs_error_pct"],
+               "reblocking_edges": sum(1 for e in result.reblocking if e["reblock"]),
+               "notes": notes}
+    return Analysis(Source(kind=KIND, path=str(netlist)), summary, rows, _cols_estimate(),
+                    group_label="epoch")
+
+
+register(SourceKind(KIND, detect, read,
+                    "a PyBuda run folder or netlist (*netlist.yaml; perf_results/, "
+                    "op_perf.csv, balancer_score.csv)"))

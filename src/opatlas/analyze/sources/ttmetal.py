@@ -1,0 +1,255 @@
+"""Source kind ``ttmetal``: tt-metal's device-profiler CSV (``ops_perf_results_*.csv``), with
+tt-perf-report's figures per op (opatlas.tenstorrent.ttmetal) and opatlas's bound beside them;
+rows per device, totals per device and merged as tt-perf-report merges devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from opatlas.analyze.model import Analysis, Column, Source
+from opatlas.analyze.sources import ReadOptions, SourceKind, register
+
+KIND = "ttmetal"
+L1_BYTES = {"wormhole": 1464 * 1024}  # MEM_L1_SIZE (tt-metal dev_mem_map.h); others 1.5 MiB
+TOP_OPS = 10
+
+
+def detect(path: Path) -> bool:
+    if not path.is_file() or path.suffix.lower() != ".csv":
+        return False
+    if path.name.startswith("ops_perf_results"):
+        return True
+    with open(path, errors="replace") as fh:
+        head = fh.readline()
+    return head.startswith("OP CODE,") and "DEVICE KERNEL DURATION [ns]" in head
+
+
+def read(path: Path, options: ReadOptions) -> Analysis:
+    from opatlas.tenstorrent import ttmetal as tm
+
+    x = options.extra
+    window = tm.Window(x.get("start_signpost"), x.get("end_signpost"),
+                       bool(x.get("ignore_signposts", False)), x.get("arch"),
+                       bool(x.get("tracing_mode", False)))
+    rep = tm.load(path, window, strict=options.strict)
+    tpr = tm.perf_report_module()
+    rows = [_row(tpr, rep, op, dev) for dev, ops in rep.per_device.items() for op in ops
+            if not tpr.is_signpost_op(op)]
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=_EMPTY)
+    summary = _summary(tpr, tm, rep, frame)
+    return Analysis(Source(kind=KIND, path=str(path)), summary, frame, _columns(),
+                    group_label="device")
+
+
+_EMPTY = ["op", "pass", "calls", "time_s", "flops", "bytes", "bound_time_s", "limiter", "shape",
+          "group", "device", "op_code", "device_time_ns", "bound"]
+
+
+def _v(op: dict[str, Any], key: str) -> Any:
+    cell = op.get(key)
+    return None if cell is None else cell.raw_value
+
+
+def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
+    raw = op[tm_raw()]
+    dev_us = _v(op, "Device Time")
+    dev_ns = None if dev_us is None else dev_us * 1000.0
+    gap_us = _v(op, "Op-to-Op Gap")
+    bound_ns, source, flops, shape, bottleneck = _bound(tpr, rep, op, raw, dev_ns)
+    gemm = [shape[k] for k in ("batch", "M", "K", "N")] if "M" in shape else None
+    row = {"op": str(_v(op, "OP Code")), "op_code": str(raw["OP CODE"]), "pass": "fwd",
+           "calls": 1, "group": device, "device": device,
+           "time_s": (dev_ns or 0.0) / 1e9, "device_time_ns": dev_ns,
+           "gap_ns": None if gap_us is None else gap_us * 1000.0,
+           "flops": flops, "bytes": _v(op, "DRAM Bytes"),
+           "bound_time_s": None if bound_ns is None else bound_ns / 1e9,
+           "opatlas_bound_ns": bound_ns, "bound_source": source,
+           "headroom": (dev_ns / bound_ns) if dev_ns and bound_ns else None,
+           "bound": _v(op, "Bound") or "", "cores": _v(op, "Cores"),
+           "dram_gbs": _v(op, "DRAM"), "dram_pct": _v(op, "DRAM %"),
+           "tflops": _v(op, "FLOPs"), "flops_pct": _v(op, "FLOPs %"),
+           "dram_util": _frac(_v(op, "DRAM %")), "flops_util": _frac(_v(op, "FLOPs %")),
+           "util_compute": _frac(_v(op, "FLOPs %")),
+           "achieved_flops_s": flops / (dev_ns / 1e9) if flops and dev_ns else None,
+           "gemm": gemm,
+           "math_fidelity": _v(op, "Math Fidelity"), "category": _v(op, "Op Category"),
+           "input0_memory": _v(op, "Input 0 Memory"), "total_pct": _v(op, "Total %"),
+           "id": int(_v(op, "ID")), "global_call_count": _v(op, "Global Call Count"),
+           "shape": shape}
+    for col, key in _pm_columns().items():
+        val = raw.get(col)
+        row[key] = None if val is None or val != val else float(val)  # NaN != NaN
+    row["limiter"] = _limiter(row["bound"], row["op_code"], raw, bottleneck)
+    return row
+
+
+def _frac(pct: float | None) -> float | None:
+    """tt-perf-report's percent as the views' fraction."""
+    return None if pct is None else pct / 100
+
+
+def tm_raw() -> str:
+    from opatlas.tenstorrent.ttmetal import RAW
+
+    return RAW
+
+
+def _pm_columns() -> dict[str, str]:
+    from opatlas.tenstorrent.ttmetal import PM_COLUMNS
+
+    return PM_COLUMNS
+
+
+def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float | None
+           ) -> tuple[float | None, str, float | None, dict[str, Any], str | None]:
+    """(bound ns, where it comes from, FLOPs, shape, bottleneck) of one row."""
+    from opatlas.tenstorrent import ttmetal as tm
+
+    code = str(raw["OP CODE"])
+    shape = _input_shape(raw)
+    if "Matmul" in code and "Sparse" not in code:
+        dims = tm.matmul_dims(tpr, raw, rep.csv_format)
+        cores = _v(op, "Cores")
+        fid = raw.get("MATH FIDELITY")
+        if dims is None or not cores or not isinstance(fid, str):
+            return None, "not comparable: matmul shape, cores or fidelity missing", None, shape, None
+        b, m, k, n = dims
+        flops = 2.0 * b * m * k * n
+        try:
+            peak = rep.spec.tflops_per_core(fid) * 1e12 * cores
+        except ValueError:
+            return None, f"not comparable: math fidelity {fid}", flops, shape, None
+        word = max(1, int(tpr.get_datatype_size(str(raw.get("INPUT_0_DATATYPE", "BFLOAT16")))))
+        onchip = int(cores) * L1_BYTES.get(rep.spec.name, 1536 * 1024)
+        secs, _traffic, neck = tm.orojenesis_bound(b, m, k, n, word, onchip, peak,
+                                                   rep.spec.dram_bandwidth_gb_s * 1e9)
+        return secs * 1e9, "orojenesis L1", flops, {"batch": b, "M": m, "K": k, "N": n}, neck
+    if code in tm.RESHARD_OPS:
+        ns, why = tm.reshard_bound(raw, rep.csv_format, tpr)
+        return ns, why, None, shape, None
+    rate = _v(op, "FLOPs")  # TFLOP/s from tt-perf-report (convs)
+    flops = rate * 1e12 * dev_ns / 1e9 if rate and dev_ns else None
+    return None, "", flops, shape, None
+
+
+def _input_shape(raw: dict[str, Any]) -> dict[str, Any]:
+    """Input 0's W, Z, Y, X as the row shows them (padded size; v2 cells read 'padded[logical]')
+    — for display; the bounds read shapes with tt-perf-report's own readers."""
+    out = {}
+    for k in ("W", "Z", "Y", "X"):
+        cell = raw.get(f"INPUT_0_{k}_PAD[LOGICAL]", raw.get(f"INPUT_0_{k}"))
+        try:
+            out[k] = int(float(str(cell).split("[")[0]))
+        except ValueError:
+            continue
+    return out
+
+
+def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None) -> str:
+    if bound == "HOST":
+        return "overhead"
+    if bound == "DRAM":
+        return "memory"
+    if bound in ("FLOP", "BOTH"):
+        return "compute"
+    if bottleneck:
+        return bottleneck
+    if code == "ReshardDeviceOperation":
+        return "communication"
+    if code in ("InterleavedToShardedDeviceOperation", "ShardedToInterleavedDeviceOperation"):
+        return "memory"
+    return "unknown"
+
+
+def _summary(tpr: Any, tm: Any, rep: Any, frame: pd.DataFrame) -> dict[str, Any]:
+    merged = tm.totals(tpr, rep.merged)
+    per_device = {str(d): tm.totals(tpr, rows) for d, rows in rep.per_device.items()}
+    l1 = L1_BYTES.get(rep.spec.name, 1536 * 1024)
+    return {"title": f"tt-metal profile {rep.path.name}", "arch": rep.arch,
+            "worker_cores": rep.worker_cores,
+            "peak_flops_s": rep.spec.tflops_per_core("LoFi") * 1e12 * rep.worker_cores,
+            "peak_bytes_s": rep.spec.dram_bandwidth_gb_s * 1e9,
+            "onchip_bytes": l1 * rep.worker_cores, "word_bytes": 2,
+            "csv_format": rep.csv_format.name, "window": rep.window,
+            "signposts": len(rep.signposts), "devices": rep.devices,
+            "tt_perf_report": tm.tt_perf_report_version(),
+            "ops": len(frame),
+            "device_time_s": merged["device_time_us"] / 1e6,
+            "op_to_op_gap_s": merged["op_to_op_gap_us"] / 1e6,
+            "merged": merged, "per_device": per_device,
+            "by_op_code": by_op_code(frame), "top_ops": top_ops(frame),
+            "bounds": _bound_counts(frame), "notes": rep.notes}
+
+
+def by_op_code(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    if frame.empty:
+        return []
+    g = frame.groupby("op_code", sort=False)
+    out = pd.DataFrame({"ops": g.size(), "device_time_us": g["device_time_ns"].sum() / 1e3,
+                        "op_to_op_gap_us": g["gap_ns"].sum() / 1e3,
+                        "mean_flops_pct": g["flops_pct"].mean()})
+    total = out["device_time_us"].sum()
+    out["share_pct"] = 100 * out["device_time_us"] / total if total else 0.0
+    out = out.sort_values("device_time_us", ascending=False).reset_index()
+    return out.astype(object).where(out.notna(), None).to_dict("records")
+
+
+def top_ops(frame: pd.DataFrame, n: int = TOP_OPS) -> list[dict[str, Any]]:
+    if frame.empty:
+        return []
+    top = frame.nlargest(n, "time_s")
+    total = frame["time_s"].sum()
+    return [{"op": r.op, "device": r.device, "id": r.id, "device_time_us": r.time_s * 1e6,
+             "share_pct": 100 * r.time_s / total if total else None, "bound": r.bound}
+            for r in top.itertuples()]
+
+
+def _bound_counts(frame: pd.DataFrame) -> dict[str, int]:
+    if frame.empty:
+        return {}
+    src = frame["bound_source"].fillna("")
+    return {"orojenesis": int((src == "orojenesis L1").sum()),
+            "wormhole_sim": int((src == "wormhole-sim").sum()),
+            "not_comparable": int(src.str.startswith("not comparable").sum())}
+
+
+def _columns() -> list[Column]:
+    return [Column(key="id", label="ID", role="id", help="row of the CSV (as tt-perf-report)"),
+            Column(key="device", label="device", role="group"),
+            Column(key="bound", label="Bound", help="tt-perf-report: DRAM / FLOP (>= 65% of "
+                   "peak), BOTH, SLOW, HOST"),
+            Column(key="op", label="OP Code", role="text"),
+            Column(key="device_time_ns", label="Device Time", role="measured", unit="ns"),
+            Column(key="gap_ns", label="Op-to-Op Gap", role="time", unit="ns"),
+            Column(key="cores", label="Cores", role="count"),
+            Column(key="dram_gbs", label="DRAM", role="rate", unit="GB/s"),
+            Column(key="dram_util", label="DRAM %", role="util", unit="%"),
+            Column(key="flops_util", label="FLOPs %", role="util", unit="%"),
+            Column(key="math_fidelity", label="Math Fidelity"),
+            Column(key="pm_ideal_ns", label="PM IDEAL", role="estimated", unit="ns",
+                   help="tt-metal's own op model"),
+            Column(key="pm_compute_ns", label="PM COMPUTE", role="estimated", unit="ns"),
+            Column(key="pm_bandwidth_ns", label="PM BANDWIDTH", role="estimated", unit="ns"),
+            Column(key="opatlas_bound_ns", label="opatlas bound", role="bound", unit="ns",
+                   help="matmul: Orojenesis minimum DRAM traffic with the cores' L1 as buffer "
+                        "and peak FLOP/s; reshard: the calibrated Wormhole simulator"),
+            Column(key="bound_source", label="bound from"),
+            Column(key="headroom", label="headroom", role="ratio", unit="x",
+                   help="device time / opatlas bound"),
+            Column(key="category", label="category"),
+            Column(key="pass", label="pass", role="id"),
+            Column(key="time_s", label="time", role="measured", unit="s",
+                   help="device kernel time (tt-perf-report's Device Time)"),
+            Column(key="bound_time_s", label="bound", role="bound", unit="s"),
+            Column(key="limiter", label="limiter"),
+            Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
+            Column(key="bytes", label="DRAM bytes", role="count", unit="B"),
+            Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
+            Column(key="util_compute", label="util (weighting)", role="util", unit="%"),
+            Column(key="gemm", label="gemm", role="shape")]
+
+
+register(SourceKind(KIND, detect, read, "a tt-metal device-profiler CSV (ops_perf_results_*.csv)"))

@@ -1,0 +1,119 @@
+"""``opatlas estimate``'s inputs beyond its own YAML (Hugging Face configs, Megatron-LM
+arguments, ``--set``) and whole-run answers (``--tokens``/``--steps``): parsing and printing
+only; the work is in :mod:`opatlas.estimate.inputs` and :mod:`opatlas.estimate.run`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+MegatronOpt = typer.Option(
+    None, "--megatron-args", help="Megatron-LM launch arguments, as one string or @args.txt "
+                                  "(instead of a config; add --gpus for the world size).")
+GpusPerNodeOpt = typer.Option(None, "--gpus-per-node", min=1,
+                              help="GPUs per node (cluster.gpus_per_node).")
+SetOpt = typer.Option(None, "--set", help="Override one config key, e.g. --set parallel.tp=4 "
+                                          "(repeatable; validated like the file).")
+TokensOpt = typer.Option(None, "--tokens", help="Whole run of this many tokens (2T, 300B): "
+                                                "steps, days, GPU-hours.")
+StepsOpt = typer.Option(None, "--steps", min=1, help="Whole run of this many optimizer steps.")
+PriceOpt = typer.Option(None, "--gpu-hour-price", min=0.0,
+                        help="Price of one GPU-hour, for the run's cost.")
+
+
+def load(config: str | None, megatron_args: str | None, gpus: int | None,
+         gpus_per_node: int | None, sets: list[str] | None, search: bool,
+         strict: bool = False) -> tuple[Any, int | None]:
+    """(the config, the run length the input asks for); notes go to stderr. ``strict``:
+    Megatron flags that are not modelled are errors."""
+    from opatlas.estimate.inputs import load_inputs
+
+    inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
+                         gpus_per_node=gpus_per_node, sets=sets or (), search=search,
+                         strict=strict)
+    for note in inputs.notes:
+        typer.echo(f"note: {note}", err=True)
+    return inputs.config, inputs.steps
+
+
+def wants_run(tokens: str | None, steps: int | None, input_steps: int | None,
+              price: float | None) -> bool:
+    """Whether a whole run was asked for; a price without one is an error, not ignored."""
+    wanted = tokens is not None or steps is not None or input_steps is not None
+    if price is not None and not wanted:
+        from opatlas.errors import OpatlasError
+
+        raise OpatlasError("--gpu-hour-price prices a whole run: add --tokens or --steps")
+    return wanted
+
+
+def _budget(tokens: str | None, steps: int | None, input_steps: int | None
+            ) -> tuple[float | None, int | None]:
+    from opatlas.errors import OpatlasError
+    from opatlas.estimate.run import parse_count
+
+    if tokens is not None and steps is not None:
+        raise OpatlasError("give --tokens or --steps, not both")
+    if tokens is not None:
+        return parse_count(tokens), None
+    if steps is None and input_steps is not None:
+        typer.echo(f"note: whole run of {input_steps:,} steps, from the Megatron arguments' "
+                   f"--train-iters/--train-samples (--tokens or --steps to change)", err=True)
+    return None, steps or input_steps
+
+
+def run_of(est: Any, tokens: str | None, steps: int | None, price: float | None,
+           input_steps: int | None) -> Any:
+    from opatlas.estimate.run import whole_run
+
+    budget_tokens, budget_steps = _budget(tokens, steps, input_steps)
+    return whole_run(est, budget_tokens, budget_steps, price)
+
+
+def _human(count: float) -> str:
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= size:
+            return f"{count / size:.3g}{suffix}"
+    return f"{count:g}"
+
+
+def print_run(run: Any, price: float | None) -> None:
+    c = Console()
+    c.print(f"whole run: {_human(run.tokens)} tokens in {run.steps:,} steps of "
+            f"{_human(run.tokens / run.steps)} tokens")
+    cost = f"   cost {run.cost:,.0f} at {price:g} per GPU-hour" if run.cost is not None else ""
+    c.print(f"  {run.days:,.2f} days   {run.gpu_hours:,.0f} GPU-hours{cost}")
+
+
+def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | None,
+                price: float | None, input_steps: int | None) -> tuple[list, int, int]:
+    """The ``top`` layouts by time to train the budget: ([(estimate, run)], evaluated, oom)."""
+    from opatlas.estimate import search
+    from opatlas.estimate.run import rank_by_run
+
+    budget_tokens, budget_steps = _budget(tokens, steps, input_steps)
+    fits, n, oom = search(cfg, gpus, top=10**9)
+    return rank_by_run(fits, budget_tokens, budget_steps, price)[:top], n, oom
+
+
+def print_search_runs(ranked: list, n: int, oom: int, as_json: bool) -> None:
+    from opatlas.estimate.plot import label
+
+    if as_json:
+        typer.echo(json.dumps({"evaluated": n, "oom": oom, "ranked_by": "time to train",
+                               "top": [{**e.as_json(), "run": r.as_json()} for e, r in ranked]}))
+        return
+    priced = bool(ranked) and ranked[0][1].cost is not None
+    table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "days", "GPU-hours",
+                  *(["cost"] if priced else []),
+                  title=f"{n} layouts evaluated, {oom} out of memory; ranked by time to train")
+    for i, (e, r) in enumerate(ranked, 1):
+        table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
+                      f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
+                      f"{r.days:,.2f}", f"{r.gpu_hours:,.0f}",
+                      *([f"{r.cost:,.0f}"] if priced else []))
+    Console().print(table)

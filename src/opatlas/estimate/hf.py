@@ -1,0 +1,269 @@
+"""A Hugging Face ``config.json`` as the model part of a training config.
+
+The standard fields map onto :class:`~opatlas.estimate.config.ModelConfig`; the architecture
+(``model_type``) decides what the file does not say: gated or ungated FFN, RMSNorm or
+LayerNorm, RoPE or learned positions, biases, and the default of ``tie_word_embeddings``
+(as ``transformers`` defines it for that architecture). Every mapping reports which fields it
+read, which defaults it assumed and which fields it left unused, so a caller can say so.
+
+Refused rather than estimated wrongly: unknown architectures, multi-head latent attention
+(DeepSeek-V2/V3), a head dimension other than hidden/heads, sliding-window attention shorter
+than the sequence, and MoE models that mix dense and expert layers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opatlas.errors import SpecError
+
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What an architecture fixes that its config.json does not spell out."""
+
+    gated: bool
+    norm: str
+    rope: bool
+    bias: bool
+    tied_default: bool
+    moe: str | None = None            # field holding the expert count, None for dense
+    expert_ffn: str = "intermediate_size"
+    aliases: dict[str, str] = field(default_factory=dict)  # our standard name -> its name
+    default_act: str = "silu"
+    gqa: bool = True                  # reads num_key_value_heads
+
+
+_GPT2_NAMES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
+               "num_attention_heads": "n_head", "intermediate_size": "n_inner",
+               "max_position_embeddings": "n_positions", "hidden_act": "activation_function"}
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "mistral": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "mixtral": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
+                      moe="num_local_experts"),
+    "qwen2": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "qwen3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "qwen3_moe": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
+                        moe="num_experts", expert_ffn="moe_intermediate_size"),
+    "gpt2": Family(gated=False, norm="layernorm", rope=False, bias=True, tied_default=True,
+                   aliases=_GPT2_NAMES, default_act="gelu_new", gqa=False),
+    "gpt_neox": Family(gated=False, norm="layernorm", rope=True, bias=True, tied_default=False,
+                       default_act="gelu", gqa=False),
+    "phi3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "gemma": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=True,
+                    default_act="gelu_pytorch_tanh"),
+}
+
+
+@dataclass
+class HFModel:
+    """``fields``: ModelConfig keys; ``read``/``assumed``/``unused``: for the user."""
+
+    fields: dict[str, Any]
+    read: list[str]
+    assumed: list[str]
+    unused: list[str]
+
+    def notes(self, source: str) -> list[str]:
+        out = [f"{source}: read {', '.join(self.read)}"]
+        if self.assumed:
+            out.append(f"{source}: assumed {'; '.join(self.assumed)}")
+        if self.unused:
+            out.append(f"{source}: not used: {', '.join(self.unused)}")
+        return out
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    """A Hugging Face model config rather than an opatlas or estimate-train-time one."""
+    return "model" not in data and "training_config" not in data and \
+        ("model_type" in data or "architectures" in data)
+
+
+def read_hf_config(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"cannot read the Hugging Face config: {exc.strerror}",
+                        file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"not valid JSON: {exc}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise SpecError("a Hugging Face config.json must be a JSON object", file=str(path))
+    return data
+
+
+def bundled_hf(name: str) -> Path | None:
+    """A bundled config.json by name (``llama-3.1-8b``), or None."""
+    from importlib import resources
+
+    stem = name.removesuffix(".json")
+    found = resources.files("opatlas") / "data" / "hf" / f"{stem}.json"
+    return Path(str(found)) if found.is_file() else None
+
+
+def hf_model_name(path: Path) -> str:
+    """``.../Llama-3.1-8B/config.json`` -> ``Llama-3.1-8B``; ``x.json`` -> ``x``."""
+    return path.parent.name if path.stem == "config" and path.parent.name else path.stem
+
+
+class _Reader:
+    """Reads fields from one config.json, remembering what was read and assumed."""
+
+    def __init__(self, data: dict[str, Any], family: Family, file: str) -> None:
+        self.data, self.family, self.file = data, family, file
+        self.read: list[str] = []
+        self.assumed: list[str] = []
+
+    def _name(self, key: str) -> str:
+        return self.family.aliases.get(key, key)
+
+    def has(self, key: str) -> bool:
+        return self.data.get(self._name(key)) is not None
+
+    def int(self, key: str, default: int | None = None, why: str = "") -> int:
+        name = self._name(key)
+        value = self.data.get(name)
+        if value is None:
+            if default is None:
+                raise SpecError(f"the field is missing; it is needed for {why or 'the model shape'}",
+                                file=self.file, key=name)
+            self.assumed.append(f"{name} = {default}{f' ({why})' if why else ''}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SpecError("must be a positive integer", file=self.file, key=name, value=value)
+        self.read.append(name)
+        return value
+
+    def flag(self, key: str, default: bool, why: str) -> bool:
+        name = self._name(key)
+        value = self.data.get(name)
+        if value is None:
+            self.assumed.append(f"{name} = {str(default).lower()} ({why})")
+            return default
+        if not isinstance(value, bool):
+            raise SpecError("must be true or false", file=self.file, key=name, value=value)
+        self.read.append(name)
+        return value
+
+    def text(self, key: str, default: str) -> str:
+        name = self._name(key)
+        value = self.data.get(name)
+        if value is None:
+            self.assumed.append(f"{name} = {default} (the architecture's default)")
+            return default
+        self.read.append(name)
+        return str(value)
+
+
+def _family(data: dict[str, Any], file: str) -> tuple[str, Family]:
+    present = [k for k in MLA_FIELDS if data.get(k) is not None]
+    if present:
+        raise SpecError(f"multi-head latent attention ({', '.join(present)}: DeepSeek-V2/V3 "
+                        f"style) is not modelled; opatlas refuses it rather than estimate it "
+                        f"as multi-head attention", file=file, key=present[0],
+                        value=data[present[0]])
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise SpecError(f"the field is missing, so the architecture is unknown (supported: "
+                        f"{', '.join(sorted(FAMILIES))})", file=file, key="model_type")
+    if model_type not in FAMILIES:
+        arch = ", ".join(data.get("architectures") or []) or "?"
+        raise SpecError(f"unsupported architecture ({arch}); supported model types: "
+                        f"{', '.join(sorted(FAMILIES))}", file=file, key="model_type",
+                        value=model_type)
+    return model_type, FAMILIES[model_type]
+
+
+def _attention(r: _Reader, hidden: int, heads: int) -> None:
+    if r.data.get("head_dim") is not None:
+        head_dim = r.int("head_dim")
+        if head_dim * heads != hidden:
+            raise SpecError(f"head_dim · num_attention_heads = {head_dim * heads} differs from "
+                            f"hidden_size {hidden}; opatlas models attention with "
+                            f"hidden_size / heads per head", file=r.file, key="head_dim",
+                            value=head_dim)
+
+
+def _sliding_window(r: _Reader, seq_len: int) -> None:
+    window = r.data.get("sliding_window")
+    if window is None or r.data.get("use_sliding_window") is False:
+        return
+    r.read.append("sliding_window")
+    if isinstance(window, int) and window < seq_len:
+        raise SpecError(f"sliding-window attention over {window} tokens, shorter than the "
+                        f"sequence of {seq_len}, is not modelled (set model.seq_len <= {window}"
+                        f" to estimate full attention)", file=r.file, key="sliding_window",
+                        value=window)
+
+
+def _experts(r: _Reader, fam: Family) -> dict[str, Any]:
+    if fam.moe is None:
+        return {}
+    experts = r.int(fam.moe, why="the number of experts")
+    top_k = r.int("num_experts_per_tok", why="experts per token")
+    if r.data.get("mlp_only_layers") or r.data.get("decoder_sparse_step", 1) != 1:
+        raise SpecError("a model that mixes dense and expert layers is not modelled",
+                        file=r.file, key="mlp_only_layers" if r.data.get("mlp_only_layers")
+                        else "decoder_sparse_step")
+    for key in ("mlp_only_layers", "decoder_sparse_step"):
+        if key in r.data:
+            r.read.append(key)
+    return {"experts": experts, "top_k": top_k}
+
+
+def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -> HFModel:
+    """The ModelConfig fields of a Hugging Face config; ``seq_len`` is the run's sequence
+    length when the caller knows it (else ``max_position_embeddings``)."""
+    model_type, fam = _family(data, file)
+    r = _Reader(data, fam, file)
+    r.read.append("model_type")
+    hidden = r.int("hidden_size")
+    heads = r.int("num_attention_heads")
+    layers = r.int("num_hidden_layers")
+    kv = r.int("num_key_value_heads", heads, "multi-head attention: one KV head per head") \
+        if fam.gqa else heads
+    _attention(r, hidden, heads)
+    if fam.moe is not None and fam.expert_ffn != "intermediate_size":
+        ffn = r.int(fam.expert_ffn, why="the experts' FFN width")
+    elif fam.gated:
+        ffn = r.int("intermediate_size", why="the FFN width")
+    else:
+        ffn = r.int("intermediate_size", 4 * hidden, "4 · hidden_size")
+    vocab = r.int("vocab_size", why="the embedding and output layer")
+    if seq_len is None:
+        seq_len = r.int("max_position_embeddings",
+                        why="the sequence length; set model.seq_len to the run's")
+        r.assumed.append(f"model.seq_len = max_position_embeddings = {seq_len} (set model.seq_len"
+                         f" to the run's sequence length)")
+    elif not fam.rope:
+        r.int("max_position_embeddings", why="the learned position table")
+    _sliding_window(r, seq_len)
+    act = r.text("hidden_act", fam.default_act)
+    if fam.gated and act not in ("silu", "swish"):
+        r.assumed.append(f"the gated FFN with {act} is timed as SwiGLU")
+    tied = r.flag("tie_word_embeddings", fam.tied_default, f"{model_type}'s default")
+    bias = fam.bias
+    if model_type == "llama":
+        attention_bias = r.flag("attention_bias", False, "llama's default")
+        bias = r.flag("mlp_bias", False, "llama's default") or attention_bias
+    if model_type == "qwen2":
+        r.assumed.append("Qwen2's query/key/value biases (a few thousand parameters a layer) "
+                         "are not counted")
+    if model_type == "qwen3":
+        r.assumed.append("Qwen3's per-head query/key RMSNorms (2 · head_dim weights a layer) "
+                         "are not counted")
+    fields = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv, "ffn": ffn,
+              "ffn_kind": "swiglu" if fam.gated else "gelu", "vocab": vocab,
+              "seq_len": seq_len, "norm": fam.norm, "rope": fam.rope,
+              "learned_positions": not fam.rope, "bias": bias, "tied_embeddings": tied,
+              **_experts(r, fam)}
+    read = list(dict.fromkeys(r.read))
+    return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read))

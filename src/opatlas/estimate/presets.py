@@ -1,0 +1,71 @@
+"""Cluster presets: ``cluster: {preset: dgx-h100}`` fills the device, GPUs per node and the
+per-GPU link bandwidths from the vendors' datasheets; fields written next to the preset
+override it.
+
+Bandwidths are per GPU and per direction, in GB/s, as ``ClusterConfig`` takes them. NVLink
+figures on datasheets are bidirectional totals per GPU (halved here); network figures are the
+line rate of the one compute-fabric NIC each GPU has (Gb/s ÷ 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opatlas.errors import SpecError
+
+PRESET_KEYS = ("device", "gpus_per_node", "intra_bw_gbps", "inter_bw_gbps")
+
+
+@dataclass(frozen=True)
+class Preset:
+    device: str
+    gpus_per_node: int
+    intra_bw_gbps: float
+    inter_bw_gbps: float
+    source: str
+
+    def fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in PRESET_KEYS}
+
+
+PRESETS: dict[str, Preset] = {
+    "dgx-a100": Preset(
+        "A100-SXM4-80GB", 8, 300.0, 25.0,
+        "NVIDIA DGX A100 datasheet: 8 A100 80GB, third-generation NVLink at 600 GB/s per GPU "
+        "(bidirectional) through NVSwitch; 8 single-port ConnectX-6 VPI for the compute fabric, "
+        "200 Gb/s each (one per GPU)"),
+    "dgx-h100": Preset(
+        "H100-SXM5-80GB", 8, 450.0, 50.0,
+        "NVIDIA DGX H100 datasheet: 8 H100 SXM5 80GB, fourth-generation NVLink at 900 GB/s per "
+        "GPU (bidirectional) through 4 NVSwitches; 8 ConnectX-7 (OSFP) at 400 Gb/s, one per GPU"),
+    "dgx-b200": Preset(
+        "B200-SXM-180GB", 8, 900.0, 50.0,
+        "NVIDIA DGX B200 datasheet: 8 B200 (1,440 GB in all), fifth-generation NVLink at "
+        "1.8 TB/s per GPU (bidirectional, 14.4 TB/s in all); 8 single-port ConnectX-7 VPI at "
+        "400 Gb/s, one per GPU"),
+    "gb200-nvl72": Preset(
+        "GB200-186GB", 72, 900.0, 50.0,
+        "NVIDIA GB200 NVL72 datasheet: 72 Blackwell GPUs in one NVLink domain, fifth-generation "
+        "NVLink at 1.8 TB/s per GPU (130 TB/s in all); the DGX GB200 reference architecture's "
+        "compute fabric gives each GPU one 400 Gb/s ConnectX-7"),
+}
+
+
+def apply_preset(cluster: dict[str, Any], file: str | None = None,
+                 notes: list[str] | None = None) -> dict[str, Any]:
+    """``cluster`` with its ``preset`` expanded; explicit fields win."""
+    if "preset" not in cluster:
+        return cluster
+    explicit = {k: v for k, v in cluster.items() if k != "preset"}
+    name = cluster["preset"]
+    preset = PRESETS.get(str(name).lower())
+    if preset is None:
+        raise SpecError(f"unknown cluster preset; known: {', '.join(PRESETS)}", file=file,
+                        key="cluster.preset", value=name)
+    if notes is not None:
+        kept = {k: v for k, v in preset.fields().items() if k not in explicit}
+        notes.append(f"cluster preset {name}: " + ", ".join(f"{k} = {v}" for k, v in kept.items())
+                     + (f" (given explicitly: {', '.join(explicit)})" if explicit else "")
+                     + f" — {preset.source}")
+    return {**preset.fields(), **explicit}

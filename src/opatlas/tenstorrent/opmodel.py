@@ -1,0 +1,222 @@
+"""PyBuda's compile-time cycle estimates for a netlist op (shared/specs/tenstorrent.md §B.4):
+the "theoretical" matmul cycles, the backend op model's fitted formulas (Wormhole B0 params
+v3, bundled), and the limiter cycles of the balancer's DRAM / NoC / PCIe bandwidth rules."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from opatlas.errors import OpatlasError
+from opatlas.tenstorrent.netlist import Netlist, NetOp
+
+MATH_FIDELITY = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+TILE_WEIGHT = {"grayskull": 32}  # theoretical matmul cycles per tile and fidelity phase; WH 16
+UNARY = {"abs", "cosine", "datacopy", "dropout", "ethernet_datacopy", "exp", "gelu",
+         "gelu_derivative", "log", "lrelu", "nop", "power", "reciprocal", "reduce", "sigmoid",
+         "sine", "sqrt", "square", "tanh", "tilizer"}
+BINARY = {"add", "subtract", "multiply", "quantization", "dequantization", "requantization",
+          "maximum"}
+BFP = {"Bfp2", "Bfp2_b", "Bfp4", "Bfp4_b", "Bfp8", "Bfp8_b"}
+# bytes of one 32x32 tile (data plus the shared exponents of block floats)
+TILE_BYTES = {"Float32": 4096, "Tf32": 4096, "Float16": 2048, "Float16_b": 2048,
+              "Bfp8": 1088, "Bfp8_b": 1088, "Bfp4": 576, "Bfp4_b": 576, "Bfp2": 320,
+              "Bfp2_b": 320, "Int8": 1024, "Int32": 4096, "UInt16": 2048, "RawUInt32": 4096}
+# balancer bandwidth rules (policy_utils.cpp get_op_cycles_estimates), bytes per cycle
+NOC_BW = 32 / 2.0          # noc_bw / inefficiency_divider
+WH_DRAM_BW = 20.4          # wh_dram_observed_max
+WH_DRAM_CHANNELS, WH_DRAM_SUBCHANNELS = 6, 2
+PCIE_BW = 24.0
+
+
+@cache
+def params(arch: str = "wormhole_b0") -> dict[str, dict[str, dict[str, float]]]:
+    if arch not in ("wormhole_b0", "wormhole"):
+        raise OpatlasError(f"the netlist-only estimate needs the backend op model's fitted "
+                           f"parameters, bundled for Wormhole B0 only, not {arch}; a run "
+                           f"folder with perf_results is analysed for any arch")
+    f = resources.files("opatlas") / "data" / "tt-buda" / "op_model_params_wormhole_b0_v3.yaml"
+    return yaml.safe_load(f.read_text())
+
+
+@dataclass
+class OpEstimate:
+    cycles: int | None         # the op model's kernel cycles per input (None: not modelled)
+    theoretical: int | None    # matmul: math-bound cycles
+    limiter_cycles: int | None
+    limiter: str               # compute | dram in<i> | noc in<i> | pcie in<i> | output
+    model: str                 # which formula and parameter set
+    note: str = ""
+
+
+def _tags(op: NetOp) -> set[str]:
+    a, df = op.attributes, (op.in_df[0] if op.in_df else op.out_df)
+    tags = set()
+    if df in BFP:
+        tags.add("df_bfp")
+    if df.lower() in ("int8", "int32"):
+        tags.add(f"df_{df.lower()}")
+    if a.get("l1_acc"):
+        tags.add("l1_acc_en")
+    if a.get("approximate_mode"):
+        tags.add("approx")
+    if a.get("vector") in ("r", "c"):
+        tags.add(f"vector_{a['vector']}")
+    if op.type == "reduce" and a.get("dim") == "c":
+        tags.add("dim_c")
+    return tags
+
+
+def param_set(sets: dict[str, dict[str, float]], tags: set[str]) -> tuple[str, dict[str, float]]:
+    """The most specialised set whose attributes the op has (later keys win ties, as the
+    backend traverses level-2 keys in reverse); ``base`` otherwise."""
+    best, best_n = "base", 0
+    for key in sets:
+        parts = key.split("/")
+        if key != "base" and set(parts) <= tags and len(parts) >= best_n:
+            best, best_n = key, len(parts)
+    return best, sets[best]
+
+
+def matmul_v2(t: int, mblock_m: int, mblock_n: int, ublock_rt: int, ublock_ct: int, m_k: int,
+              u_kt: int, fidelity: int, p: dict[str, float]) -> float:
+    """The Wormhole dense matmul op model (V2); vectorises over numpy arrays."""
+    num_ublocks = m_k * mblock_m * mblock_n
+    math_tiles = num_ublocks * u_kt * ublock_rt * ublock_ct
+    spill_tiles = (m_k - 1) * mblock_m * mblock_n * ublock_rt * ublock_ct
+    unpack_tiles = u_kt * ublock_rt * (1 + ublock_ct) * num_ublocks
+    return t * (math_tiles * fidelity * p["math_tiles_weight"]
+                + spill_tiles * p["math_dest_spill_weight"]
+                + num_ublocks * p["unpack_ublocks_weight"]
+                + unpack_tiles * p["unpack_tiles_weight"])
+
+
+def theoretical_matmul(op: NetOp, arch: str) -> int:
+    tw = TILE_WEIGHT.get(arch, 16)
+    return int(op.t * op.m_k * op.mblock[0] * op.mblock[1] * op.u_kt * op.ublock[0]
+               * op.ublock[1] * MATH_FIDELITY.get(op.math_fidelity, 4) * tw)
+
+
+def kernel_cycles(op: NetOp, arch: str) -> tuple[int | None, str]:
+    """The op model's cycles per input and which model gave them."""
+    table = params(arch)
+    num_ublocks = op.mblock[0] * op.mblock[1]
+    num_tiles = num_ublocks * op.ublock[0] * op.ublock[1]
+    if op.type == "matmul":
+        if op.is_sparse:
+            # the backend's sparse formulas take the sparse tensor's non-zero tile, ublock and
+            # strip counts, which PyBuda computes from the tensor; the netlist does not carry them
+            return None, "sparse matmul: not modelled (its non-zero tile count is not in the netlist)"
+        if op.u_kt is None:
+            return None, "matmul without m_k/u_kt attributes"
+        key, p = param_set(table["matmul"], _tags(op))
+        cyc = matmul_v2(op.t, op.mblock[0], op.mblock[1], op.ublock[0], op.ublock[1], op.m_k,
+                        op.u_kt, MATH_FIDELITY.get(op.math_fidelity, 4), p)
+        return int(cyc), f"matmul v2 [{key}]"
+    if op.type in BINARY and op.type in table:
+        key, p = param_set(table[op.type], _tags(op))
+        df = op.in_df[0] if op.in_df else op.out_df
+        dfw = 2 if df in ("Float16", "Float16_b") else 4 if df in ("Float32", "Tf32") else 1
+        cyc = op.t * (num_ublocks * p["ublock_weight"] + num_tiles * p["tile_weight"] * dfw)
+        return int(cyc), f"binary {op.type} [{key}]"
+    if op.type == "splice" or op.type in UNARY or op.type in table:
+        name = op.type if op.type in table else "nop"
+        if op.type == "reduce" and op.attributes.get("dim") == "z":
+            p = table["reduce_z"]["base"]
+            z = int(op.attributes.get("z", 1))
+            cyc = op.t * z * (num_ublocks * p["ublock_weight"] + num_tiles * p["tile_weight"]
+                              + p["z_weight"])
+            return int(cyc), "reduce_z [base]"
+        key, p = param_set(table[name], _tags(op))
+        cyc = op.t * (num_ublocks * p["ublock_weight"] + num_tiles * p["tile_weight"])
+        label = f"unary {name} [{key}]" if name == op.type else f"nop params [{key}]"
+        return int(cyc), label
+    # fused ops and ops without fitted parameters: the backend's default unary path
+    p = table["nop"]["base"]
+    cyc = op.t * (num_ublocks * p["ublock_weight"] + num_tiles * p["tile_weight"])
+    return int(cyc), f"{op.type}: no fitted model, nop params"
+
+
+def tile_bytes(df: str) -> int:
+    return TILE_BYTES.get(df, 2048)
+
+
+def input_tiles_per_core(op: NetOp, i: int) -> int:
+    """Tiles of input ``i`` one core reads per input (matmul: its row or column strip of K)."""
+    if op.type == "matmul" and op.u_kt is not None and i < 2:
+        k = op.m_k * op.u_kt
+        if i == 0:
+            return op.t * op.mblock[0] * op.ublock[0] * k
+        return op.t * k * op.mblock[1] * op.ublock[1]
+    return op.tiles_per_core
+
+
+def dram_bw(arch: str, dram_cores: int) -> float:
+    if arch.startswith("wormhole"):
+        div = max(2, math.ceil(dram_cores / (WH_DRAM_CHANNELS * WH_DRAM_SUBCHANNELS / 1.5)))
+        return WH_DRAM_BW / div
+    return WH_DRAM_BW / 2  # grayskull: same rule without channel data
+
+
+def limiter(op: NetOp, kernel: int, netlist: Netlist, graph_ops: dict[str, NetOp]
+            ) -> tuple[int, str]:
+    """max(kernel, each input's read cycles, the output's write cycles)."""
+    best, why = kernel, "compute"
+    for i, name in enumerate(op.inputs):
+        df = op.in_df[i] if i < len(op.in_df) else op.out_df
+        nbytes = input_tiles_per_core(op, i) * tile_bytes(df)
+        q = netlist.queues.get(name)
+        if name in graph_ops or q is None:
+            bw, kind = NOC_BW, "noc"
+        elif q.loc == "host":
+            bw, kind = PCIE_BW / op.cores, "pcie"
+        elif op.input_is_dram[i]:
+            bw, kind = dram_bw(netlist.arch, op.cores), "dram"
+        else:
+            continue  # a prologue queue: loaded into L1 once, not read per input
+        cyc = math.ceil(nbytes / bw)
+        if cyc > best:
+            best, why = cyc, f"{kind} in{i}"
+    out_bytes = op.tiles_per_core * tile_bytes(op.out_df)
+    bw = dram_bw(netlist.arch, op.cores) if op.output_is_dram else NOC_BW
+    cyc = math.ceil(out_bytes / bw)
+    if cyc > best:
+        best, why = cyc, "output"
+    return best, why
+
+
+def estimate(op: NetOp, netlist: Netlist, graph_ops: dict[str, NetOp]) -> OpEstimate:
+    cyc, model = kernel_cycles(op, netlist.arch)
+    theo = (theoretical_matmul(op, netlist.arch)
+            if op.type == "matmul" and op.u_kt is not None and not op.is_sparse else None)
+    if cyc is None:
+        return OpEstimate(None, theo, None, "unknown", model)
+    lim, why = limiter(op, cyc, netlist, graph_ops)
+    return OpEstimate(cyc, theo, lim, why, model)
+
+
+def matmul_check(csv_path: Any = None) -> dict[str, Any]:
+    """The Wormhole V2 matmul formula (BFP8 parameters) against the backend's measured matmul
+    runtimes (bundled): per-row error of the formula's cycles vs the measured runtime."""
+    src = csv_path or (resources.files("opatlas") / "data" / "tt-buda"
+                       / "matmul_bfp8_op_performance_wormhole_b0.csv")
+    with (open(src) if csv_path else src.open()) as fh:
+        df = pd.read_csv(fh)
+    p = params()["matmul"]["df_bfp"]
+    fid = df["math_fidelity"].map(MATH_FIDELITY).to_numpy()
+    pred = matmul_v2(df["t"].to_numpy(), df["mblock_m"].to_numpy(), df["mblock_n"].to_numpy(),
+                     df["ublock_rt"].to_numpy(), df["ublock_ct"].to_numpy(),
+                     df["m_k"].to_numpy(), df["u_kt"].to_numpy(), fid, p)
+    err = (pred - df["runtime"].to_numpy()) / df["runtime"].to_numpy()
+    return {"rows": len(df), "params": "matmul df_bfp (Wormhole B0 v3)",
+            "mean_abs_error_pct": round(float(np.mean(np.abs(err))) * 100, 2),
+            "median_abs_error_pct": round(float(np.median(np.abs(err))) * 100, 2),
+            "max_abs_error_pct": round(float(np.max(np.abs(err))) * 100, 2),
+            "mean_signed_error_pct": round(float(np.mean(err)) * 100, 2)}

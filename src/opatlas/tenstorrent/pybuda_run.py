@@ -1,0 +1,299 @@
+"""A PyBuda run folder read as PyBuda's perf analyzer reads it (shared/specs/tenstorrent.md
+§B.1–B.3): the netlist, the backend perf analyzer's per-epoch ``graph_perf_report.csv``, PyBuda's
+``op_perf.csv`` (its own cycle estimates) and ``balancer_score.csv``; per op, per epoch and for
+the model, the figures of §B.2.
+
+One deliberate difference: the original picks each epoch's slowest op with
+``max(..., key=lambda d: d.get('bw_kernel'))`` — a display-column name that is not a data key,
+so every op compares equal and the *first* op wins. Here the slowest op is the one with the
+largest bandwidth-bound time (``bw_bound_single_runtime``), which is what the summary's
+"pipeline cycles" are meant to be."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opatlas.errors import OpatlasError
+from opatlas.tenstorrent.netlist import Netlist, NetOp, load_netlist
+
+PERF_COLUMNS = ("op_name", "first_to_last_input", "kernel_total_runtime", "bw_bound_total_runtime",
+                "kernel_math_utilization", "bw_bound_math_utilization", "output_pipe_bw_0",
+                "required_output_pipe_bw_0")
+OP_PERF_COLUMNS = ("name", "cycles", "limiter_cycles", "tiles")
+MAX_PIPES = 8
+
+
+def as_float(value: Any, default: float = 0.0) -> float:
+    """The analyzer's parse: 'N/A' and blanks read as ``default``."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "N/A")):
+        return default
+    return float(value)
+
+
+def gb_per_s(clock_hz: float, bytes_per_cycle: float) -> float:
+    return bytes_per_cycle * clock_hz / 1e9
+
+
+def trunc(x: float, decimals: int) -> float:
+    """int(10**d · x) / 10**d, the analyzer's rounding toward zero."""
+    f = 10 ** decimals
+    return int(f * x) / f
+
+
+# ---------------------------------------------------------------- finding the files
+
+def find_netlist(folder: Path) -> Path:
+    """The single ``*netlist.yaml`` of a run folder (or of its tt_build/test_out)."""
+    if not folder.is_dir():
+        raise OpatlasError(f"{folder}: no such folder")
+    for where in (folder, folder / "tt_build" / "test_out"):
+        found = sorted(where.glob("*netlist.yaml")) if where.is_dir() else []
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            names = ", ".join(p.name for p in found)
+            raise OpatlasError(f"{where} holds {len(found)} netlists ({names}); PyBuda's perf "
+                               f"analyzer reads one. Name it with -n/--netlist.")
+    raise OpatlasError(f"{folder} holds no PyBuda netlist (*netlist.yaml), nor does its "
+                       f"tt_build/test_out. Give the netlist with -n/--netlist, or the run's "
+                       f"folder with -d/--dir.")
+
+
+def graph_perf_path(folder: Path, graph: str, spatial: int, temporal: int) -> Path | None:
+    base = folder / "perf_results" / "analyzer_results"
+    for name in (graph, f"fwd_0_{spatial}_temporal_epoch_{temporal}", f"fwd_0_{spatial}"):
+        p = base / name / "graph_perf_report.csv"
+        if p.is_file():
+            return p
+    return None
+
+
+def has_perf_results(folder: Path) -> bool:
+    return (folder / "perf_results" / "analyzer_results").is_dir()
+
+
+def _read_csv(path: Path, required: tuple[str, ...], what: str) -> list[dict[str, str]]:
+    """Rows keyed by stripped column names (op_perf.csv's header has leading spaces)."""
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader, [])]
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise OpatlasError(f"{path} is not a {what}: its header lacks the column(s) "
+                               f"{', '.join(missing)} (found: {', '.join(header) or 'nothing'})")
+        return [dict(zip(header, row, strict=False)) for row in reader if row]
+
+
+def load_graph_perf(path: Path) -> list[dict[str, Any]]:
+    rows = _read_csv(path, PERF_COLUMNS, "backend perf analyzer report (graph_perf_report.csv)")
+    out = []
+    for n, row in enumerate(rows, start=2):
+        try:
+            first, last = (int(x) for x in row["first_to_last_input"].split("->"))
+        except ValueError:
+            raise OpatlasError(f"{path} line {n}: first_to_last_input "
+                               f"{row['first_to_last_input']!r} is not 'first->last'") from None
+        inputs = last - first + 1
+        row["number_of_inputs"] = inputs
+        row["kernel_single_runtime"] = int(as_float(row["kernel_total_runtime"]) / inputs)
+        row["bw_bound_single_runtime"] = int(as_float(row["bw_bound_total_runtime"]) / inputs)
+        out.append(row)
+    return out
+
+
+def load_op_perf(path: Path) -> dict[str, dict[str, Any]]:
+    rows = _read_csv(path, OP_PERF_COLUMNS, "PyBuda op_perf.csv")
+    return {r["name"].strip(): {**r, "cycles": int(r["cycles"]),
+                                "limiter_cycles": int(r["limiter_cycles"])} for r in rows}
+
+
+def load_balancer_score(path: Path) -> dict[str, float]:
+    rows = _read_csv(path, ("epoch", "score"), "PyBuda balancer_score.csv")
+    return {r["epoch"].strip(): float(r["score"]) for r in rows}
+
+
+# ---------------------------------------------------------------- the analysis
+
+@dataclass
+class PerfRun:
+    netlist: Netlist
+    folder: Path
+    spatial_epochs: bool
+    epochs: list[list[dict[str, Any]]]   # per epoch, its op records, slowest first
+    epoch_summary: list[dict[str, Any]]
+    model_summary: dict[str, Any]
+    has_estimates: bool
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def epoch_key(op: NetOp, spatial: bool) -> int:
+    return op.spatial_epoch if spatial else op.temporal_epoch
+
+
+def load_run(netlist_path: Path, folder: Path, spatial_epochs: bool = False) -> PerfRun:
+    nl = load_netlist(netlist_path)
+    files: dict[str, str] = {"netlist": str(netlist_path)}
+    perf: list[list[dict[str, Any]]] = []
+    for e, g in enumerate(nl.graphs):
+        p = graph_perf_path(folder, g, e, nl.temporal[e])
+        if p is None:
+            raise OpatlasError(
+                f"{folder / 'perf_results' / 'analyzer_results'} has no graph_perf_report.csv "
+                f"for graph {g} (looked in {g}/, fwd_0_{e}_temporal_epoch_{nl.temporal[e]}/ and "
+                f"fwd_0_{e}/). Run with TT_BACKEND_PERF_ANALYZER=1, or analyse the netlist alone.")
+        perf.append(load_graph_perf(p))
+    estimated: dict[str, dict[str, Any]] = {}
+    scores: dict[str, float] = {}
+    for name, loader in (("op_perf.csv", load_op_perf), ("balancer_score.csv",
+                                                         load_balancer_score)):
+        p = next((d / name for d in (folder, netlist_path.parent) if (d / name).is_file()), None)
+        if p is not None:
+            files[name] = str(p)
+            if name == "op_perf.csv":
+                estimated = loader(p)
+            else:
+                scores = loader(p)
+    epochs = _merge(nl, perf, estimated, spatial_epochs)
+    for ops in epochs:
+        _process(ops)
+    summaries = [summarize_epoch(i, ops, scores, nl, spatial_epochs, bool(estimated))
+                 for i, ops in enumerate(epochs)]
+    model = summarize_model(summaries, scores, nl, bool(estimated))
+    ordered = [sorted(ops.values(), key=lambda o: -o["bw_kernel_cycles"]) for ops in epochs]
+    return PerfRun(nl, folder, spatial_epochs, ordered, summaries, model, bool(estimated), files)
+
+
+def _merge(nl: Netlist, perf: list[list[dict[str, Any]]], estimated: dict[str, dict[str, Any]],
+           spatial: bool) -> list[dict[str, dict[str, Any]]]:
+    """One record per measured op, with its netlist fields and estimates, grouped by temporal
+    epoch (spatial epochs of one temporal epoch run at the same time) or by spatial epoch."""
+    n_epochs = len(nl.graphs) if spatial else max(nl.temporal) + 1
+    epochs: list[dict[str, dict[str, Any]]] = [{} for _ in range(n_epochs)]
+    for e, rows in enumerate(perf):
+        g = nl.graphs[e]
+        for row in rows:
+            name = row["op_name"]
+            op = nl.ops[g].get(name)
+            if op is None:
+                raise OpatlasError(f"op {name!r} of the perf report for graph {g} is not in "
+                                   f"graph {g} of the netlist {nl.path}: the two come from "
+                                   f"different runs")
+            if estimated and name not in estimated:
+                raise OpatlasError(f"op {name!r} is measured but op_perf.csv has no estimate "
+                                   f"for it: the files come from different runs")
+            est = estimated.get(name)
+            epochs[e if spatial else nl.temporal[e]][name] = _record(op, row, est, e, spatial)
+    return epochs
+
+
+def _record(op: NetOp, row: dict[str, Any], est: dict[str, Any] | None, spatial_index: int,
+            spatial: bool) -> dict[str, Any]:
+    ins = []
+    for i in range(len(op.inputs)):
+        actual = max(0.0, as_float(row.get(f"input_pipe_bw_{i}")))
+        ins.append({"actual": actual, "required": as_float(row.get(f"required_input_bw_{i}")),
+                    "is_dram": op.input_is_dram[i]})
+    return {
+        "op": op, "name": op.name, "epoch": spatial_index if spatial else op.temporal_epoch,
+        "kernel_cycles": row["kernel_single_runtime"],
+        "bw_kernel_cycles": row["bw_bound_single_runtime"],
+        "number_of_inputs": row["number_of_inputs"],
+        "util": as_float(row["kernel_math_utilization"]),
+        "bw_util": as_float(row["bw_bound_math_utilization"]),
+        "input_bws": ins,
+        "output_bw": {"actual": as_float(row["output_pipe_bw_0"]),
+                      "required": as_float(row["required_output_pipe_bw_0"]),
+                      "is_dram": op.output_is_dram},
+        "estimated_cycles": est["cycles"] if est else None,
+        "estimated_lim_cycles": est["limiter_cycles"] if est else None,
+        "tiles": est.get("tiles", "").strip() if est else None,
+    }
+
+
+def _process(ops: dict[str, dict[str, Any]]) -> None:
+    """The bandwidth problem of each op: which pipe is furthest below what it requires."""
+    for rec in ops.values():
+        rec["bw_problem"] = bw_problem(rec, ops)
+
+
+def bw_problem(rec: dict[str, Any], epoch_ops: dict[str, Any]) -> str:
+    if rec["bw_kernel_cycles"] <= rec["kernel_cycles"]:
+        return ""
+    factors = [b["required"] / b["actual"] if b["actual"] > 0 else 0.0 for b in rec["input_bws"]]
+    worst = max(factors, default=float("-inf"))
+    out = rec["output_bw"]
+    out_factor = (out["required"] / out["actual"] if out["actual"] > 0
+                  else (float("inf") if out["required"] > 0 else 0.0))
+    if worst > out_factor:
+        i = factors.index(worst)
+        return f"{'noc' if rec['op'].inputs[i] in epoch_ops else 'dram'} in{i}"
+    return "output"
+
+
+def summarize_epoch(epoch: int, ops: dict[str, dict[str, Any]], scores: dict[str, float],
+                    nl: Netlist, spatial: bool, has_est: bool) -> dict[str, Any]:
+    recs = list(ops.values())
+    if not recs:
+        raise OpatlasError(f"epoch {epoch} of {nl.path} has no measured op")
+    slowest = max(recs, key=lambda r: r["bw_kernel_cycles"])  # first of equals, as max does
+    pipeline = slowest["bw_kernel_cycles"]
+    clock = nl.clock_hz
+    total_cores = nl.core_count * (1 if spatial else nl.device_count)
+    rate: float | None = None
+    if pipeline > 0:
+        rate = int(clock / pipeline) or int(100 * clock / pipeline) / 100
+    util = sum(r["op"].cores * r["bw_util"] * r["bw_kernel_cycles"] for r in recs)
+    util = trunc(util / pipeline / total_cores, 1) if pipeline > 0 else 0.0
+    bal: float | None = None
+    if has_est:
+        est_pipeline = max(r["estimated_lim_cycles"] for r in recs)
+        share = (sum(r["op"].cores * r["estimated_cycles"] for r in recs) / est_pipeline
+                 if est_pipeline > 0 else 0.0)
+        bal = int(1000 * share / total_cores) / 10  # percent, 1 decimal
+    bw = {"required_noc": 0.0, "actual_noc": 0.0, "required_dram": 0.0, "actual_dram": 0.0}
+    for r in recs:
+        for b in [*r["input_bws"], r["output_bw"]]:
+            kind = "dram" if b["is_dram"] else "noc"
+            bw[f"required_{kind}"] += b["required"]
+            bw[f"actual_{kind}"] += b["actual"]
+    return {
+        "epoch": epoch, "slowest_op": slowest["name"], "pipeline_cycles": pipeline,
+        "inputs_per_second": rate, "util": util,
+        "matmul_cores": sum(r["op"].cores for r in recs if r["op"].type == "matmul"),
+        "balancer_util": bal,
+        **{f"{k}_bw_gbs": trunc(gb_per_s(clock, v), 1) for k, v in bw.items()},
+        "sum_estimated_kernel_err": (sum(abs(r["estimated_cycles"] - r["kernel_cycles"])
+                                         for r in recs) if has_est else None),
+        "sum_estimated_lim_err": (sum(abs(r["estimated_lim_cycles"] - r["bw_kernel_cycles"])
+                                      for r in recs) if has_est else None),
+        "sum_kernel": sum(r["kernel_cycles"] for r in recs),
+        "sum_kernel_bw": sum(r["bw_kernel_cycles"] for r in recs),
+        "balancer_epoch_score": scores.get(str(epoch), 0.0),
+        "ops": len(recs),
+    }
+
+
+def summarize_model(epochs: list[dict[str, Any]], scores: dict[str, float], nl: Netlist,
+                    has_est: bool) -> dict[str, Any]:
+    cycles = sum(e["pipeline_cycles"] for e in epochs)
+    if cycles <= 0:
+        raise OpatlasError(f"the perf reports of {nl.path} give every epoch 0 cycles")
+    kernel = sum(e["sum_kernel"] for e in epochs)
+    kernel_bw = sum(e["sum_kernel_bw"] for e in epochs)
+
+    def err(key: str, total: int) -> int | None:
+        if not has_est or total <= 0:
+            return None
+        return int(sum(e[key] for e in epochs) / float(total) * 100)
+
+    return {
+        "overall_speed": int(nl.clock_hz / cycles),
+        "overall_util": trunc(sum(e["util"] * e["pipeline_cycles"] for e in epochs) / cycles, 2),
+        "balancer_solution_score": scores.get("total", 0.0),
+        "kernel_estimation_error": err("sum_estimated_kernel_err", kernel),
+        "kernel_bw_estimation_error": err("sum_estimated_lim_err", kernel_bw),
+        "pipeline_cycles": cycles,
+    }

@@ -1,0 +1,316 @@
+"""tt-metal's device-profiler CSV (``ops_perf_results_*.csv``) read through Tenstorrent's own
+``tt-perf-report`` (PyPI), so that device time, op-to-op gap, cores, DRAM %, FLOPs %, the Bound
+class (DRAM / FLOP / BOTH / SLOW / HOST) and the signpost window mean exactly what its report
+means: its functions do the reading, the signpost filter, the multi-device merge, the per-op
+analysis and the Bound classification; this module runs them in the order its report does and
+keeps the rows instead of printing them.
+
+What it adds: per device and merged totals, a per-op-code summary, op-to-op gap totals, the top
+ops by device time, and beside tt-metal's ``PM IDEAL/COMPUTE/BANDWIDTH`` columns opatlas's own
+bound — Orojenesis traffic at the cores' L1 for matmuls, the calibrated Wormhole reshard
+simulator for reshards (where the row pins down the shape, grids and strategies)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from opatlas.errors import OpatlasError
+
+REQUIRED = ("OP CODE", "OP TYPE", "GLOBAL CALL COUNT", "DEVICE ID", "ATTRIBUTES", "MATH FIDELITY",
+            "CORE COUNT", "DEVICE KERNEL DURATION [ns]", "OP TO OP LATENCY [ns]",
+            "INPUT_0_MEMORY")
+PM_COLUMNS = {"PM IDEAL [ns]": "pm_ideal_ns", "PM COMPUTE [ns]": "pm_compute_ns",
+              "PM BANDWIDTH [ns]": "pm_bandwidth_ns"}
+RESHARD_OPS = ("ReshardDeviceOperation", "InterleavedToShardedDeviceOperation",
+               "ShardedToInterleavedDeviceOperation")
+RAW = "_csv_row"    # where a report row keeps its CSV row
+HIGH_GAP_US = 6.5   # tt-perf-report's "High Op-to-Op Gap" advice threshold
+GAP_FLOOR_US = 6.0  # ... and the gap it counts as unavoidable without tracing
+
+
+def perf_report_module() -> Any:
+    try:
+        import tt_perf_report.perf_report as tpr
+    except ImportError:
+        raise OpatlasError("reading a tt-metal profiler CSV needs Tenstorrent's tt-perf-report "
+                           "package: pip install 'opatlas[tt]'") from None
+    return tpr
+
+
+def tt_perf_report_version() -> str:
+    from importlib.metadata import version
+
+    return version("tt-perf-report")
+
+
+@dataclass
+class Window:
+    start_signpost: str | None = None
+    end_signpost: str | None = None
+    ignore_signposts: bool = False
+    arch: str | None = None
+    tracing_mode: bool = False
+
+
+@dataclass
+class Report:
+    path: Path
+    spec: Any                 # tt-perf-report's ArchitectureSpec
+    arch: str
+    worker_cores: int
+    csv_format: Any           # tt-perf-report's CsvFormat
+    window: str
+    signposts: list[str]
+    devices: list[int]
+    per_device: dict[Any, list[dict[str, Any]]]   # device -> tt-perf-report rows
+    merged: list[dict[str, Any]]  # each row's CSV row is under RAW
+    notes: list[str] = field(default_factory=list)
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, low_memory=False)
+    except FileNotFoundError:
+        raise OpatlasError(f"{path}: no such file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise OpatlasError(f"{path} is not a tt-metal profiler CSV: it cannot be read as CSV "
+                           f"({exc})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        shown = ", ".join(map(str, list(df.columns)[:6]))
+        raise OpatlasError(f"{path} is not a tt-metal device-profiler CSV "
+                           f"(ops_perf_results_*.csv): its header lacks {', '.join(missing)} "
+                           f"(it starts: {shown} ...)")
+    df["DEVICE ID"] = pd.to_numeric(df["DEVICE ID"], errors="coerce")
+    return df
+
+
+def load(path: str | Path, window: Window | None = None, strict: bool = False) -> Report:
+    tpr = perf_report_module()
+    path, window = Path(path), window or Window()
+    df = read_csv(path)
+    out = io.StringIO()
+    tpr.set_color_output(False, True)
+    with contextlib.redirect_stdout(out):  # tt-perf-report prints its progress ...
+        report = _run(tpr, path, df, window, strict)
+    # ... and its warnings (unclassified ops, invalid durations, ops missing on a device),
+    # which become notes rather than vanish
+    report.notes += [f"tt-perf-report: {line.strip()}" for line in out.getvalue().splitlines()
+                     if line.lstrip().startswith("Warning")]
+    return report
+
+
+def _arch_spec(tpr: Any, df: pd.DataFrame, arch: str | None) -> tuple[Any, Any]:
+    """The CSV's format and tt-perf-report's architecture (from the file in v2.1)."""
+    fmt = tpr.detect_csv_format(df)
+    try:
+        if fmt == tpr.CsvFormat.V2_1:
+            arch = arch or tpr.ArchitectureSpec._get_arch_name_from_df(df)
+            return fmt, tpr.ArchitectureSpec.from_df(df, arch)
+        return fmt, tpr.ArchitectureSpec.from_name(arch)
+    except ValueError as exc:  # an architecture tt-perf-report does not know
+        raise OpatlasError(f"tt-perf-report cannot analyse this profile: {exc}") from None
+
+
+def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Report:
+    fmt, spec = _arch_spec(tpr, df, w.arch)
+    df["ORIGINAL_ROW"] = df.index + 2
+    if "HOST START TS" in df.columns and not w.tracing_mode:
+        df = df.sort_values(by="HOST START TS")
+    signposts = df.loc[df["OP TYPE"] == "signpost", "OP CODE"].astype(str).tolist()
+    sel, window, notes = _select(tpr, path, df, w, signposts, strict)
+    devices = sorted(int(d) for d in sel["DEVICE ID"].dropna().unique())
+    # tt-perf-report merges whenever a device is named; with one device the merge returns the
+    # same rows in the same order, so it is skipped (the totals test checks they agree)
+    merged_df = tpr.merge_device_rows(sel) if len(devices) > 1 else sel
+    merged = analyze_rows(tpr, merged_df, fmt, spec)
+    per_device: dict[Any, list[dict[str, Any]]] = {}
+    lone = sel["DEVICE ID"].isna() & (sel["OP TYPE"] != "signpost")
+    if len(devices) == 1 and not lone.any():
+        per_device[devices[0]] = merged
+    else:
+        for d in devices:
+            per_device[d] = analyze_rows(tpr, sel[sel["DEVICE ID"] == d], fmt, spec)
+        if lone.any():
+            per_device["host"] = analyze_rows(tpr, sel[lone], fmt, spec)
+    return Report(path, spec, spec.name, spec.worker_cores, fmt, window, signposts, devices,
+                  per_device, merged, notes)
+
+
+def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[str],
+            strict: bool) -> tuple[pd.DataFrame, str, list[str]]:
+    """tt-perf-report's signpost window: (rows, its description, notes)."""
+    for name in (w.start_signpost, w.end_signpost):
+        if name is not None and name not in signposts:
+            known = ", ".join(dict.fromkeys(signposts)) or "none"
+            raise OpatlasError(f"{path} has no signpost {name!r} (its signposts: {known})")
+    sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
+    named = bool(w.start_signpost or w.end_signpost)
+    if not sel.empty or named or df[df["OP TYPE"] != "signpost"].empty:
+        return sel, _window_text(w, signposts), []
+    msg = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
+           f"tt-perf-report analyses by default; analysing the whole file instead "
+           f"(tt-perf-report --ignore-signposts). Name a range with start/end signposts.")
+    if strict:
+        raise OpatlasError(msg)
+    return (tpr.filter_by_signpost(df, None, None, True, False),
+            "whole file (signposts ignored)", [msg])  # the CLI says notes on stderr
+
+
+def _window_text(w: Window, signposts: list[str]) -> str:
+    if w.ignore_signposts or not signposts:
+        return "whole file" + (" (signposts ignored)" if signposts else "")
+    if w.start_signpost or w.end_signpost:
+        return f"after {w.start_signpost!r} until {w.end_signpost!r}"
+    return f"after the last signpost {signposts[-1]!r}"
+
+
+def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any) -> list[dict[str, Any]]:
+    """tt-perf-report's per-row loop (generate_perf_report): analyze_op with the previous
+    non-signpost row, ids, categories, then its derived columns (Total %, Bound). Rows go in
+    as dicts, not pandas Series: its readers only index and test membership, and a Series per
+    row made this loop ten times slower."""
+    rows = []
+    prev, prev_invalid = None, None
+    for row in records(df):
+        op, _gap = tpr.analyze_op(row, prev, fmt, spec, None, prev_row_invalid_duration=prev_invalid)
+        op["ID"] = tpr.Cell(row["ORIGINAL_ROW"])
+        op["Global Call Count"] = tpr.Cell(row["GLOBAL CALL COUNT"])
+        op["Raw OP Code"] = tpr.Cell(row["OP CODE"])
+        op[RAW] = row
+        if "signpost" in str(row["OP TYPE"]):
+            op["OP Code"].raw_value = f"{row['OP CODE']} (signpost)"
+            op["Device Time"].raw_value = None
+        else:
+            prev, prev_invalid = row, op["Invalid Device Duration"].raw_value
+            op["Op Category"] = tpr.Cell(tpr.classify_operation(op["OP Code"].raw_value))
+        rows.append(op)
+    tpr.add_derived_columns(rows)
+    return rows
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as dicts; the same values as ``df.to_dict("records")`` three times faster on
+    pandas' Arrow-backed string columns (one ``tolist`` per column, not per cell)."""
+    cols = list(df.columns)
+    return [dict(zip(cols, vals, strict=True))
+            for vals in zip(*(df[c].tolist() for c in cols), strict=True)]
+
+
+def totals(tpr: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The totals line of tt-perf-report's table, and its op-to-op gap advice."""
+    dev = [r["Device Time"].raw_value for r in rows if r["Device Time"].raw_value is not None]
+    gaps = [r["Op-to-Op Gap"].raw_value for r in rows if r["Op-to-Op Gap"].raw_value is not None]
+    host = sum(1 for r in rows if tpr.is_host_op(r))
+    sign = sum(1 for r in rows if tpr.is_signpost_op(r))
+    speed, pct = tpr.calculate_overall_dram_roofline(rows)
+    high = [g for g in gaps if g > HIGH_GAP_US]
+    saved = sum(g - GAP_FLOOR_US for g in high)
+    total = sum(dev) + sum(gaps)
+    return {"device_ops": len(rows) - host - sign, "host_ops": host, "signposts": sign,
+            "device_time_us": sum(dev), "op_to_op_gap_us": sum(gaps),
+            "total_us": total, "dram_gbs": speed, "dram_pct": pct,
+            "high_gap_ops": len(high), "tracing_could_save_us": saved,
+            "tracing_could_save_pct": 100 * saved / total if total else None}
+
+
+# ---------------------------------------------------------------- opatlas's own bounds
+
+def matmul_dims(tpr: Any, raw: pd.Series, fmt: Any) -> tuple[int, int, int, int] | None:
+    """(batch, M, K, N) of a matmul row, read with tt-perf-report's cell readers."""
+    try:
+        vals = [tpr.get_tensor_dim(raw, p, k, fmt) for p in ("INPUT_0", "INPUT_1")
+                for k in ("W", "Z", "Y", "X")]
+    except KeyError:
+        return None
+    if any(v is None for v in vals):
+        return None
+    w0, z0, y0, x0, w1, z1, _y1, x1 = vals
+    return max(w0, w1) * max(z0, z1), y0, x0, x1
+
+
+@cache
+def orojenesis_bound(batch: int, m: int, k: int, n: int, word_bytes: int, onchip_bytes: int,
+                     peak_flops: float, dram_bytes_per_s: float) -> tuple[float, float, str]:
+    """(bound seconds, minimum DRAM bytes, bottleneck) of a (batched) GEMM whose buffer is the
+    L1 of the cores it runs on."""
+    from opatlas.bounds.einsum import bmm, gemm
+    from opatlas.bounds.roofline import einsum_roofline
+
+    e = gemm(m, k, n, word_bytes) if batch == 1 else bmm(batch, m, k, n, word_bytes)
+    rb = einsum_roofline(e, onchip_bytes, peak_flops, dram_bytes_per_s)
+    return rb.time_s, rb.bytes, rb.bottleneck
+
+
+_GRID = re.compile(r"grid=\{\[\(x=(\d+);y=(\d+)\) - \(x=(\d+);y=(\d+)\)\]\}")
+_ATTR = re.compile(r"'([\w.]+)': '([^']*)'")  # {'key': 'value'; ...} of ATTRIBUTES
+_LAYOUT = re.compile(r"memory_layout=TensorMemoryLayout::(\w+)")
+_SIM_DTYPES = {"BFLOAT16": "bfloat16", "BFLOAT8_B": "bfloat8_b", "FLOAT32": "float32"}
+
+
+def _memory_config(text: str) -> tuple[str, tuple[int, int] | None]:
+    """(layout, grid as columns x rows) of a MemoryConfig(...) string; one grid range only."""
+    lay = _LAYOUT.search(text)
+    grids = _GRID.findall(text)
+    grid = None
+    if len(grids) == 1:
+        x0, y0, x1, y1 = (int(v) for v in grids[0])
+        grid = (x1 - x0 + 1, y1 - y0 + 1)
+    return (lay.group(1) if lay else ""), grid
+
+
+def simulate_reshard_ns(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, int],
+                        sout: str, dtype: str) -> float:
+    """The calibrated Wormhole reshard simulator's time for one reshard (the one place that
+    calls the simulator's API, as ``opatlas run reshard --backend wormhole-sim`` does)."""
+    from opatlas.tenstorrent.backend import WormholeSimBackend
+    from opatlas.tenstorrent.sim import simulate
+
+    params = _sim_params(WormholeSimBackend)
+    return float(simulate(ht, wt, gin, sin, gout, sout, params, dtype).time_ns)
+
+
+@cache
+def _sim_params(backend_cls: Any) -> Any:
+    return backend_cls().params
+
+
+def reshard_bound(raw: pd.Series, fmt: Any, tpr: Any) -> tuple[float | None, str]:
+    """The simulator's prediction for a reshard-family row, or why it is not comparable."""
+    code = str(raw["OP CODE"])
+    in_mem, out_mem = str(raw.get("INPUT_0_MEMORY", "")), str(raw.get("OUTPUT_0_MEMORY", ""))
+    attrs = str(raw.get("ATTRIBUTES", ""))
+    if code != "ReshardDeviceOperation":
+        return None, ("not comparable: the simulator models sharded L1 -> sharded L1 reshards, "
+                      f"this op moves {in_mem} -> {out_mem}")
+    if "L1" not in in_mem or "L1" not in out_mem:
+        return None, f"not comparable: {in_mem} -> {out_mem} is not L1 to L1"
+    if str(raw.get("INPUT_0_LAYOUT", "")) != "TILE":
+        return None, "not comparable: the simulator models TILE layout"
+    dtype = _SIM_DTYPES.get(str(raw.get("INPUT_0_DATATYPE", "")))
+    if dtype is None:
+        return None, f"not comparable: dtype {raw.get('INPUT_0_DATATYPE')} not simulated"
+    configs = {k: v for k, v in _ATTR.findall(attrs) if v.startswith("MemoryConfig(")}
+    out_cfg = [v for k, v in configs.items() if k.startswith("output")]
+    in_cfg = [v for k, v in configs.items() if not k.startswith("output")]
+    if not out_cfg or not in_cfg:
+        return None, ("not comparable: the row's attributes do not give the input's shard grid "
+                      "(only the output memory config)")
+    (lin, gin), (lout, gout) = _memory_config(in_cfg[0]), _memory_config(out_cfg[0])
+    sin, sout = lin.replace("_SHARDED", ""), lout.replace("_SHARDED", "")
+    if gin is None or gout is None or sin not in ("BLOCK", "WIDTH", "HEIGHT") or sout not in (
+            "BLOCK", "WIDTH", "HEIGHT"):
+        return None, "not comparable: shard grids are not single rectangles"
+    dims = [tpr.get_tensor_dim(raw, "INPUT_0", k, fmt) for k in ("W", "Z", "Y", "X")]
+    if any(v is None for v in dims) or (dims[0] * dims[1] * dims[2]) % 32 or dims[3] % 32:
+        return None, "not comparable: the shape is not whole tiles"
+    ht, wt = dims[0] * dims[1] * dims[2] // 32, dims[3] // 32
+    return simulate_reshard_ns(ht, wt, gin, sin, gout, sout, dtype), "wormhole-sim"
