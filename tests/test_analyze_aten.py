@@ -46,4 +46,7 @@ def test_rowwise_and_unknown():
     assert _m("aten::gelu", [64, 256]).op == "gelu"
     assert _m("aten::_softmax", [256, 32], [], []).op == "softmax"
     assert _m("aten::view", [64, 256], []) is None
+    res = _m("aten::add", [2, 32, 64], [2, 32, 64], [])
+    assert (res.op, res.bytes) == ("residual_add", 3 * 4 * 2 * 32 * 64)
+    assert _m("aten::add", [2, 32, 64], [], []) is None  # a scalar add: not a residual
     assert _m("aten::linear", [], []) is None  # no shapes: not counted, an "other" row

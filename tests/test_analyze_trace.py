@@ -139,6 +139,7 @@ def test_bad_traces_exit_2_with_one_paragraph(capsys, tmp_path, trace):
     unknown = tmp_path / "notes.txt"
     unknown.write_text("hello")
     assert "cannot tell what this is" in _fails(capsys, tmp_path, unknown)
+    assert "no such file" in _fails(capsys, tmp_path, tmp_path / "missing.json")
 
 
 def test_gzip_and_plain_give_the_same_rows(tmp_path, trace):

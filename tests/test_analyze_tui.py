@@ -166,3 +166,17 @@ def test_summary_snapshot(snap_compare):
 
 def test_stage_snapshot(snap_compare):
     assert snap_compare(AnalyzerApp(_analysis()), press=["e"], terminal_size=(120, 30))
+
+
+def test_detail_shows_a_measurements_spread():
+    a = _analysis()
+    a.rows["std_s"] = 1e-5
+    a.rows["repeats"] = 7
+
+    async def steps(app, pilot):
+        await pilot.press("e", "enter")
+        text = str(app.screen.render_detail())
+        return text
+    text = _run(AnalyzerApp(a), steps)
+    assert "std_s" in text and "10.0 µs" in text and "repeats" in text
+    assert "bound" in text and "2.00x its bound: limited by compute" in text

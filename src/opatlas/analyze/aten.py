@@ -130,7 +130,7 @@ def maybe_catalog(name: str) -> bool:
     """Whether an op of this name can map at all (cheap, by name only)."""
     short = name.removeprefix("aten::")
     base = short.removesuffix("_backward").removesuffix("_backward_data").removesuffix("_dense")
-    return (short in GEMMS or any(short.startswith(a) for a in ATTENTION) or base in ROWWISE
+    return (short in GEMMS or short == "add" or any(short.startswith(a) for a in ATTENTION) or base in ROWWISE
             or "adam" in short or short.startswith("_foreach_") or short in ("sgd", "_fused_sgd_"))
 
 
@@ -149,6 +149,10 @@ def map_op(name: str, args: dict[str, Any]) -> Mapped | None:
         elems = sum(_prod(d) for d in dims if d)
         return Mapped("optimizer", "step", 12.0 * elems / max(1, len(dims)),
                       float(w * elems), {"tensors": len(dims), "elements": elems}, word=w)
+    if short == "add" and len(dims) >= 2 and len(dims[0]) >= 2 and dims[0] == dims[1]:
+        elems = _prod(dims[0])  # a residual connection: two activations in, one out
+        return Mapped("residual_add", "fwd", float(elems), float(3 * w * elems),
+                      {"rows": _prod(dims[0][:-1]), "width": dims[0][-1]}, word=w)
     base = short.removesuffix("_backward").removesuffix("_backward_data")
     base = base.removesuffix("_dense")
     if base in ROWWISE and dims and dims[0]:

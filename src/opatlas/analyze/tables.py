@@ -16,7 +16,7 @@ ERROR_WARN, ERROR_BAD = 0.20, 0.50  # estimate vs measured: yellow at, red at
 SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def _missing(v: Any) -> bool:
+def missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and not math.isfinite(v))
 
 
@@ -42,7 +42,7 @@ def fmt(value: Any, col: Column | None) -> str:
         return " ".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, list):
         return json.dumps(value)
-    if _missing(value):
+    if missing(value):
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -67,7 +67,7 @@ def fmt(value: Any, col: Column | None) -> str:
 
 def highlight(value: Any, col: Column | None) -> str | None:
     """'good', 'warn' or 'bad' for a cell PyBuda would colour, else None."""
-    if col is None or _missing(value) or isinstance(value, str | dict | list | bool):
+    if col is None or missing(value) or isinstance(value, str | dict | list | bool):
         return None
     v = float(value)
     if col.role == "util":

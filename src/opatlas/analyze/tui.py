@@ -17,7 +17,15 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from opatlas.analyze.model import Analysis, Column
-from opatlas.analyze.tables import fmt, fmt_seconds, group_summary, highlight, summary_items, visible_columns
+from opatlas.analyze.tables import (
+    fmt,
+    fmt_seconds,
+    group_summary,
+    highlight,
+    missing,
+    summary_items,
+    visible_columns,
+)
 
 PAGE_ROWS = 500  # DataTable slows down on very large tables: show them a page at a time
 SHORT_NAME = 28
@@ -215,6 +223,15 @@ class DetailScreen(ModalScreen):
             out.append(f"  {c.label:<14}", style="dim")
             out.append_text(styled(r[c.key], c))
             out.append("\n")
+        shown = {c.key for c in visible_columns(a)} | {"group", "gemm"}
+        extra = [k for k in r.index if k not in shown and not missing(r[k])]
+        if extra:  # what the source knows beyond the table: a measurement's spread ...
+            out.append("\n")
+            for k in extra:
+                unit = "s" if k.endswith("_s") else ""
+                out.append(f"  {k:<14}", style="dim")
+                out.append_text(styled(r[k], Column(key=k, label=k, unit=unit, role="count")))
+                out.append("\n")
         out.append("\nwhere it stands (time per step; █ = its time)\n", style="bold")
         bars = [("time", r.get("time_s"))]
         bars += [(k, r.get(f"{k}_time_s")) for k in ("predicted", "measured", "roofline",

@@ -94,7 +94,11 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     rows = pd.DataFrame({"op": res["op"], "pass": res["pass"], "calls": 1.0,
                          "time_s": res["median_ns"] * 1e-9, "flops": res["flops"],
                          "bytes": res["min_bytes"], "group": device_name,
-                         "shape": [dict(json.loads(s)) for s in res["params_json"]]})
+                         "shape": [dict(json.loads(s)) for s in res["params_json"]],
+                         # the measurement's own spread, for the op detail
+                         "repeats": res["repeats"], "mean_s": res["mean_ns"] * 1e-9,
+                         "std_s": res["std_ns"] * 1e-9, "min_s": res["min_ns"] * 1e-9,
+                         "max_s": res["max_ns"] * 1e-9, "backend": res["backend"]})
     rows["predicted_time_s"] = np.nan
     rows["gemms"] = None
     rows["gemm"] = None
