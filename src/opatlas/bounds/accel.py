@@ -27,6 +27,7 @@ import numpy as np
 
 from opatlas.bounds.arch import Arch
 from opatlas.bounds.einsum import Einsum, Tensor
+from opatlas.bounds.mapspace import extent, footprint
 from opatlas.errors import SpecError
 
 
@@ -112,22 +113,6 @@ def _prime_factors(n: int) -> list[int]:
 
 # -- the traffic and capacity model, vectorised over mappings ----------------------------------
 
-def footprint(t: Tensor, ranks: list[str], tile: np.ndarray) -> np.ndarray:
-    """Words of tensor ``t`` covered by per-rank tiles ``tile`` (n_maps, n_ranks)."""
-    out = np.ones(len(tile), dtype=np.int64)
-    for dim in t.dims:
-        out *= _extent(dim, ranks, tile)
-    return out
-
-
-def _extent(dim, ranks: list[str], tile: np.ndarray) -> np.ndarray:
-    ext = np.ones(len(tile), dtype=np.int64)
-    for r, c in dim:
-        if r in ranks:
-            ext = ext + c * (tile[:, ranks.index(r)] - 1)
-    return ext
-
-
 def tile_of(factors: np.ndarray, slots: list[int]) -> np.ndarray:
     """Per-rank tile sizes: the product of the factors in ``slots`` (n_maps, n_ranks)."""
     return np.prod(factors[:, slots, :], axis=1) if slots else np.ones(
@@ -159,7 +144,7 @@ def tensor_dram_accesses(nest: Nest, t: Tensor, factors: np.ndarray,
         r, bound, stride = loops[j]
         reset[j] = reset[j + 1]
         reset[j][rows, r] += stride * (bound - 1)
-    dims_extent = [_extent(d, nest.ranks, tile) for d in t.dims]
+    dims_extent = [extent(d, nest.ranks, tile) for d in t.dims]
     for j, (r, bound, stride) in enumerate(loops):
         steps = (bound - 1) * outer
         outer = outer * bound

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opatlas.bounds.einsum import Einsum
+from opatlas.bounds.einsum import Einsum, Tensor
 
 
 def divisors(n: int) -> list[int]:
@@ -120,14 +120,20 @@ def build_mapspace(einsum: Einsum, *, imperfect: bool = False,
 
 
 def _footprint(einsum: Einsum, ranks: list[str], tiles: np.ndarray, name: str) -> np.ndarray:
-    t = next(x for x in einsum.tensors if x.name == name)
+    return footprint(next(x for x in einsum.tensors if x.name == name), ranks, tiles)
+
+
+def footprint(t: Tensor, ranks: list[str], tiles: np.ndarray) -> np.ndarray:
+    """Words of tensor ``t`` covered by per-rank tiles ``tiles`` (one row per mapping, one
+    column per rank of ``ranks``)."""
     out = np.ones(len(tiles), dtype=np.int64)
     for dim in t.dims:
-        out *= _extent(dim, ranks, tiles)
+        out *= extent(dim, ranks, tiles)
     return out
 
 
-def _extent(dim, ranks: list[str], tiles: np.ndarray) -> np.ndarray:
+def extent(dim, ranks: list[str], tiles: np.ndarray) -> np.ndarray:
+    """Extent of one tensor dimension (a sum of coefficient × rank) over per-rank tiles."""
     ext = np.ones(len(tiles), dtype=np.int64)
     for r, c in dim:
         if r in ranks:
@@ -159,7 +165,7 @@ def _step_cost(ms: Mapspace, idx: np.ndarray | slice, k: int, inner: int, name: 
             elif inner >> q & 1:
                 shift = shift - c * tiles[:, q] * (factors[:, q] - 1)
         moved = shift != 0
-        ext = _extent(dim, ranks, tiles)
+        ext = extent(dim, ranks, tiles)
         changed += moved
         partial += np.where(moved, tile // ext * np.minimum(ext, np.abs(shift)), 0)
     delta = np.where(changed == 0, 0, np.where(changed == 1, partial, tile))
