@@ -67,6 +67,17 @@ def test_gemm_bounds_by_hand(analysis):
     assert row["headroom"] == pytest.approx(1 / 0.7, rel=1e-6)
     assert row["limiter"] == "compute"
     assert row["util_compute"] == pytest.approx(0.7, rel=1e-6)
+    assert row["util"] == row["util_compute"]
+
+
+def test_util_is_the_binding_resources(analysis):
+    """Analytical mode runs memory-bound ops at 80% of the bandwidth: their util is that, not
+    their (tiny) share of the FLOP peak."""
+    rows = analysis.rows
+    norm = rows[(rows["op"] == "RMSlayernorm") & (rows["pass"] == "fwd")].iloc[0]
+    assert norm["limiter"] == "memory"
+    assert norm["util"] == pytest.approx(0.8, rel=1e-6) == norm["util_memory"]
+    assert norm["util_compute"] < 0.05
 
 
 def test_every_row_has_a_limiter_and_collectives_a_bandwidth_bound(analysis):

@@ -144,7 +144,7 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
 
 
 PLAIN_KEYS = ("op", "pass", "group", "calls", "time_s", "predicted_time_s", "measured_time_s",
-              "error", "share", "util_compute", "bound_time_s", "headroom", "limiter")
+              "error", "share", "util", "bound_time_s", "headroom", "limiter")
 
 
 def rich_table(analysis: Analysis, top: int = 25) -> Any:

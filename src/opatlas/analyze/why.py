@@ -120,6 +120,8 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
                       "overhead", kernel)
     kernel = np.where(np.isfinite(bound), kernel, "unknown")
     r["limiter"] = given.where(given.notna(), pd.Series(kernel, index=r.index))
+    # the binding resource's utilisation: bytes/s for a memory-bound op, FLOP/s otherwise
+    r["util"] = np.where(r["limiter"] == "memory", r["util_memory"], r["util_compute"])
     return r.drop(columns=[c for c in ("gemms", "comm_bound_s") if c in r])
 
 
@@ -128,8 +130,9 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
 WHY_FIRST = [
     Column(key="time_per_call_s", label="per call", role="time", unit="s"),
     Column(key="share", label="share", role="ratio", unit="%", help="of the total time"),
-    Column(key="util_compute", label="util", role="util", unit="%",
-           help="achieved FLOP/s over the device's peak"),
+    Column(key="util", label="util", role="util", unit="%",
+           help="the binding resource's use: achieved bytes/s over the bandwidth for a "
+                "memory-bound op, achieved FLOP/s over the peak otherwise"),
     Column(key="headroom", label="headroom", role="ratio", unit="x",
            help="time / bound: how far from the limit"),
     Column(key="limiter", label="limiter", role="text"),
@@ -145,6 +148,8 @@ WHY_REST = [
            help="Orojenesis minimum DRAM traffic at the device's on-chip buffer (GEMMs)"),
     Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
     Column(key="achieved_bytes_s", label="B/s", role="rate", unit="B/s"),
+    Column(key="util_compute", label="FLOP util", role="ratio", unit="%",
+           help="achieved FLOP/s over the device's peak"),
     Column(key="util_memory", label="mem util", role="ratio", unit="%",
            help="achieved bytes/s over the device's bandwidth"),
 ]
