@@ -134,13 +134,14 @@ class Samples:
     risc: np.ndarray
     src_bytes: np.ndarray
     links: np.ndarray      # candidate busiest links: (bytes, requests), padded with zeros
+    mesh: np.ndarray       # (byte-hops, request-hops) of each point
 
     def take(self, mask_groups: np.ndarray) -> Samples:
         keep = mask_groups[self.group]
         remap = np.cumsum(mask_groups) - 1
         return Samples(self.groups[mask_groups].reset_index(drop=True), remap[self.group[keep]],
                        self.tiles[keep], self.target_ns[keep], self.risc[keep],
-                       self.src_bytes[keep], self.links[keep])
+                       self.src_bytes[keep], self.links[keep], self.mesh[keep])
 
 
 def _candidates(rows: np.ndarray) -> np.ndarray:
@@ -157,7 +158,7 @@ def samples(models: pd.DataFrame, max_groups: int | None = None, seed: int = 0) 
     trusted = models[models["trusted"]]
     if max_groups is not None and len(trusted) > max_groups:
         trusted = trusted.sample(max_groups, random_state=seed)
-    groups, gid, tiles, target, cands, src, link = [], [], [], [], [], [], []
+    groups, gid, tiles, target, cands, src, link, mesh = [], [], [], [], [], [], [], []
     p = WormholeParams()
     for _, row, sin, sout, suite, pick in group_vectors(trusted, min_vectors=2):
         rows = []
@@ -171,14 +172,16 @@ def samples(models: pd.DataFrame, max_groups: int | None = None, seed: int = 0) 
             rows.append((ht * wt, y, _candidates(np.stack([ld.reads, ld.requests,
                                                             ld.request_hops, ld.bytes], 1)),
                          ld.src_port_bytes,
-                         _candidates(np.stack([ld.link_bytes, ld.link_requests], 1)), ld.fan_in))
+                         _candidates(np.stack([ld.link_bytes, ld.link_requests], 1)), ld.fan_in,
+                         (ld.byte_hops, ld.request_hop_total)))
         if len({r[0] for r in rows}) < 2:
             continue  # no slope to compare
         g = len(groups)
         groups.append({"in_grid": row["in_grid"], "out_grid": row["out_grid"], "in": sin,
                        "out": sout, "hw_ns_per_tile": row["coef"],
                        "gather_degree": max(r[5] for r in rows)})
-        for t, y, c, s, lk, _ in rows:
+        for t, y, c, s, lk, _, mh in rows:
+            mesh.append(mh)
             gid.append(g)
             tiles.append(t)
             target.append(y)
@@ -186,7 +189,8 @@ def samples(models: pd.DataFrame, max_groups: int | None = None, seed: int = 0) 
             src.append(s)
             link.append(lk)
     return Samples(pd.DataFrame(groups), np.array(gid), np.array(tiles, dtype=float),
-                   np.array(target), _pad(cands, 4), np.array(src), _pad(link, 2))
+                   np.array(target), _pad(cands, 4), np.array(src), _pad(link, 2),
+                   np.array(mesh, dtype=float).reshape(-1, 2))
 
 
 def _pad(rows: list[np.ndarray], width: int) -> np.ndarray:
@@ -200,7 +204,8 @@ def predict(p: WormholeParams, s: Samples) -> np.ndarray:
     r = s.risc
     per_risc = sim.risc_ns(p, r[..., 0], r[..., 1], r[..., 2], r[..., 3]).max(axis=1)
     per_link = sim.link_ns(p, s.links[..., 0], s.links[..., 1]).max(axis=1)
-    return sim.combine(p, per_risc, s.src_bytes / p.port_bw, per_link)
+    return sim.combine(p, per_risc, s.src_bytes / p.port_bw, per_link,
+                       sim.mesh_ns(p, s.mesh[:, 0], s.mesh[:, 1]))
 
 
 def slopes(s: Samples, t: np.ndarray) -> np.ndarray:
@@ -215,8 +220,8 @@ def fit_params(train: Samples, base: WormholeParams | None = None) -> WormholePa
     base = base or WormholeParams()
     y = np.log(train.target_ns)
     hw = np.log(train.groups["hw_ns_per_tile"].to_numpy())
-    lo = np.log([8.0, 8.0, 1e-3, 1e-3, 1e-4, 1e-3, 50.0, 1.0])
-    hi = np.log([64.0, 64.0, 2000.0, 2000.0, 200.0, 2000.0, 5000.0, 64.0])
+    lo = np.log([8.0, 8.0, 1e-3, 1e-3, 1e-4, 1e-3, 30.0, 1e-4, 50.0, 1.0])
+    hi = np.log([64.0, 64.0, 2000.0, 2000.0, 200.0, 2000.0, 1e5, 100.0, 5000.0, 64.0])
 
     def loss(theta: np.ndarray) -> float:
         p = base.with_free(np.exp(np.clip(theta, lo, hi)))
@@ -228,7 +233,7 @@ def fit_params(train: Samples, base: WormholeParams | None = None) -> WormholePa
 
     best = None
     for scale in (1.0, 0.3, 3.0):  # a few starts: the loss has flat directions
-        x0 = np.log(base.free() * np.array([1, 1, scale, scale, scale, scale, 1, 1]))
+        x0 = np.log(base.free() * np.array([1, 1, scale, scale, scale, scale, 1, scale, 1, 1]))
         res = minimize(loss, x0, method="Nelder-Mead",
                        options={"maxiter": 3000, "xatol": 1e-4, "fatol": 1e-8})
         best = res if best is None or res.fun < best.fun else best

@@ -10,9 +10,12 @@ NoC requests of at most 8 KiB. Every byte then occupies, for ``bytes / bandwidth
   * the source core's NoC port, which serves every reader of its shard;
   * every link on the dimension-ordered route from source to reader (``noc.py``), shared by all
     flows that cross it (``link_bytes_per_cycle``).
+  * the mesh as a whole: all byte-hops and request-hops over what it sustains when many routes
+    cross (``mesh_byte_hops_per_cycle``, ``mesh_req_hop_ns``); all-to-all reshards on large
+    grids run several times slower than their busiest link alone allows.
 The op takes ``launch_ns`` plus a smooth maximum (a p-norm, ``overlap_p``) of the slowest RISC,
-the busiest source port and the busiest link: the busiest resource sets the pace, and the
-others add the part of their work that does not overlap with it.
+the busiest source port, the busiest link and the mesh: the busiest resource sets the pace,
+and the others add the part of their work that does not overlap with it.
 
 Each input core's bytes reach a reader over both NoCs in equal parts. The kernel splits its
 ranges in walk order between NCRISC (NoC 0) and BRISC (NoC 1); taken literally, a one-range
@@ -41,7 +44,7 @@ from opatlas.tenstorrent.plan import CorePlan, core_plan
 from opatlas.tenstorrent.reshard import DATUM_SIZE, TILE
 
 FREE = ("port_bytes_per_cycle", "link_bytes_per_cycle", "tx_ns", "req_ns", "hop_ns",
-        "link_req_ns", "launch_ns", "overlap_p")
+        "link_req_ns", "mesh_byte_hops_per_cycle", "mesh_req_hop_ns", "launch_ns", "overlap_p")
 
 # what each free parameter means physically, and its unit (for `opatlas calibrate --report`)
 MEANING = {
@@ -55,8 +58,13 @@ MEANING = {
                "ns/(request·hop)"),
     "link_req_ns": ("per NoC packet crossing a shared link: arbitration where flows merge",
                     "ns/packet"),
+    "mesh_byte_hops_per_cycle": ("what the whole mesh sustains when many flows cross it",
+                                 "B·hop/cycle"),
+    "mesh_req_hop_ns": ("mesh-wide cost per request and hop (small packets, many routes)",
+                        "ns/(request·hop)"),
     "launch_ns": ("program launch and kernel start/stop", "ns"),
-    "overlap_p": ("p-norm joining RISC, source-port and link times (1: they add, ∞: max)", "-"),
+    "overlap_p": ("p-norm joining RISC, source-port, link and mesh times (1: add, ∞: max)",
+                  "-"),
 }
 
 
@@ -74,6 +82,8 @@ class WormholeParams:
     req_ns: float = 10.0            # per NoC request: round trip / reads in flight
     hop_ns: float = 0.5             # per request and router hop: extra round trip / in flight
     link_req_ns: float = 5.0        # per NoC packet crossing a link: arbitration where flows merge
+    mesh_byte_hops_per_cycle: float = 700.0  # mesh-wide throughput of byte-hops
+    mesh_req_hop_ns: float = 0.1    # mesh-wide cost per request·hop
     launch_ns: float = 600.0        # program launch and kernel start/stop
     overlap_p: float = 4.0          # p of the p-norm joining RISC, source port and link times
 
@@ -139,6 +149,8 @@ class Loads:
     src_port_bytes: float
     link_bytes: np.ndarray     # per link that could be the busiest: its bytes and requests
     link_requests: np.ndarray
+    byte_hops: float           # Σ bytes × hops over every flow and NoC
+    request_hop_total: float   # Σ requests × hops
     fan_in: int
     fan_out: int
 
@@ -159,6 +171,7 @@ def loads(f: Flows, page_bytes: int, burst_bytes: int = 8192) -> Loads:
     return Loads(np.bincount(risc, reads, RISCS), np.bincount(risc, req, RISCS),
                  np.bincount(risc, req * hops, RISCS), np.bincount(risc, byts, RISCS),
                  float(np.bincount(src * 2 + both, byts, RISCS).max()), lb[busy], lr[busy],
+                 float(byts @ hops), float(req @ hops),
                  int(np.bincount(f.dst).max()), int(np.bincount(f.src).max()))
 
 
@@ -171,6 +184,12 @@ def risc_ns(p: WormholeParams, reads: Any, requests: Any, request_hops: Any, nby
 def link_ns(p: WormholeParams, nbytes: Any, requests: Any) -> Any:
     """A link's time: its bytes, and a per-packet arbitration cost where flows merge."""
     return nbytes / p.link_bw + p.link_req_ns * requests
+
+
+def mesh_ns(p: WormholeParams, byte_hops: Any, request_hops: Any) -> Any:
+    """The whole mesh's time: all traffic's byte-hops and request-hops over what it sustains
+    (many crossing routes with dimension-ordered, cut-through switching)."""
+    return byte_hops / (p.mesh_byte_hops_per_cycle * p.aiclk_ghz) + p.mesh_req_hop_ns * request_hops
 
 
 def combine(p: WormholeParams, *terms: Any) -> Any:
@@ -187,6 +206,7 @@ class SimResult:
     risc_ns: float        # slowest reading RISC (issue + latency-bound pipeline + incast)
     src_ns: float         # busiest source core's NoC port
     link_ns: float        # busiest NoC link
+    mesh_ns: float        # the whole mesh
     tiles: int
     max_strides: int      # most reads one output core issues
     max_pages: int
@@ -209,8 +229,9 @@ def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, 
     k = int(np.argmax(per_risc))
     r, s = float(per_risc[k]), ld.src_port_bytes / p.port_bw
     lk = float(np.max(link_ns(p, ld.link_bytes, ld.link_requests), initial=0.0))
+    m = float(mesh_ns(p, ld.byte_hops, ld.request_hop_total))
     hops = ld.request_hops / np.maximum(ld.requests, 1e-9)
-    return SimResult(float(combine(p, r, s, lk)), r, s, lk, ht * wt,
+    return SimResult(float(combine(p, r, s, lk, m)), r, s, lk, m, ht * wt,
                      max(sum(c.strides) for c in plan), max(sum(c.pages) for c in plan),
                      ld.fan_in, ld.fan_out, float(hops.max()))
 
