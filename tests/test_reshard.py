@@ -248,6 +248,7 @@ def test_export_tt_and_import_tt_round_trip(tmp_path):
     assert (df["status"] == "ok").all() and (df["repeats"] == 10).all()
 
 
+@pytest.mark.slow
 def test_calibration_recovers_sensible_hardware_parameters():
     from opatlas.tenstorrent.calibrate import calibrate, format_report, summarise
 
@@ -318,6 +319,7 @@ def test_reblocking_view_of_the_pybuda_example():
     assert out["fan_in"] == 4 and out["producer"] == "1x7"
 
 
+@pytest.mark.slow
 def test_one_model_generalises_to_unseen_grid_pairs_better_than_the_simulator_alone():
     from opatlas.tenstorrent.fit import evaluate_one_model
 
