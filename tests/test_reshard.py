@@ -334,3 +334,16 @@ def test_seed_style_input_grid_selection():
     r = expand(resolve_spec("reshard"), materialize=False,
                where="grid_x(input_core_grid) == 2 and grid_y(input_core_grid) >= 7")
     assert r.total == 2 * 63 * 9 * 249 * 249
+
+
+@pytest.mark.slow
+def test_calibrate_cli_report_and_bad_split(tmp_path):
+    out = tmp_path / "wh.json"
+    r = run_cli("calibrate", "--split", "y", "--groups", "40", "--report", "--out", str(out),
+                check=True)
+    assert "split y: calibrate on input grids with y <= 2, test on y = 3..4" in r.stdout
+    assert "fitted parameters:" in r.stdout and "ns/packet" in r.stdout
+    assert "by gather degree" in r.stdout and "by strategy pair" in r.stdout
+    assert WormholeParams.load(out).link_bytes_per_cycle > 0
+    bad = run_cli("calibrate", "--split", "diagonal", "--out", str(out))
+    assert bad.returncode == 2 and "not one of" in bad.stderr and "Traceback" not in bad.stderr
