@@ -42,10 +42,12 @@ def reshard_frame(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def plan_features(rows: pd.DataFrame, params: object = None) -> pd.DataFrame:
-    """Transfer-plan features per vector (columns: ht, wt, in_grid, out_grid, sin, sout)."""
+    """Transfer-plan features per vector (columns: ht, wt, in_grid, out_grid, sin, sout) and
+    the simulator's time with ``params`` (default: the bundled calibrated ones)."""
     from opatlas.tenstorrent.reshard import parse_grid
-    from opatlas.tenstorrent.sim import simulate
+    from opatlas.tenstorrent.sim import calibrated_params, simulate
 
+    params = params or calibrated_params()
     feats = []
     for r in rows.itertuples(index=False):
         gin, gout = parse_grid(r.in_grid), parse_grid(r.out_grid)
