@@ -13,33 +13,39 @@ def calibrate(
                                                              "header); default: bundled."),
     out: Path = typer.Option(Path("wormhole_params.json"), "--out",
                              help="Write the fitted simulator parameters here."),
-    report: Path | None = typer.Option(None, "--report", help="Per-group comparison CSV."),
+    split: str = typer.Option("x", "--split", help="x: calibrate on input grids x <= 2, test "
+                                                  "on x = 3..4; y: the same in y; random: 80/20 "
+                                                  "of grid pairs; all: fit everything."),
+    report: bool = typer.Option(False, "--report", help="Print the split, the fitted "
+                                                       "parameters and the residuals by gather "
+                                                       "degree and strategy pair."),
+    report_csv: Path | None = typer.Option(None, "--report-csv",
+                                           help="Per-group comparison CSV (test groups)."),
     groups: int = typer.Option(1500, "--groups", min=10, help="Groups sampled for the fit."),
 ) -> None:
-    """Fit the simulator's per-read cost, NoC bandwidth, launch time and mesh contention.
+    """Fit the simulator's NoC port and link bandwidths, read and request costs, launch time
+    and overlap to hardware measurements, and say how well it extrapolates.
 
     Use the result with --backend-opt params=FILE (or OPATLAS_WORMHOLE_PARAMS=FILE).
 
     Example:
 
-        opatlas calibrate --out wh.json --report calib.csv
+        opatlas calibrate --split x --report --out wh.json
     """
-    import numpy as np
-
     from opatlas.tenstorrent.calibrate import calibrate as run
+    from opatlas.tenstorrent.calibrate import format_report, summarise
 
-    params, rep = run(models, max_groups=groups)
-    params.save(out)
-    if report is not None:
-        rep.to_csv(report, index=False)
-    typer.echo(f"noc {params.noc_bytes_per_cycle:.2f} B/cycle, read cost {params.tx_ns:.3g} ns, "
-               f"launch {params.launch_ns:.0f} ns, mesh {params.hop_bytes_per_cycle:.0f} "
-               f"byte-hops/cycle -> {out}")
-    for name, g in (("held-out grid pairs", rep[rep["held_out"]]), ("all groups", rep)):
-        q = g["ratio"].quantile([0.25, 0.75]).to_numpy()
-        typer.echo(f"{name}: {len(g)} groups, sim/hardware ns per tile median "
-                   f"{g['ratio'].median():.3f} (IQR {q[0]:.2f}-{q[1]:.2f}), within 25%: "
-                   f"{100 * float(np.mean(np.abs(g['ratio'] - 1) < 0.25)):.0f}%")
+    cal = run(models, split=split, max_groups=groups)
+    cal.params.save(out)
+    if report_csv is not None:
+        cal.test.to_csv(report_csv, index=False)
+    if report:
+        typer.echo(format_report(cal))
+        return
+    s = summarise(cal.test)
+    typer.echo(f"{cal.split.description}: {s['groups']} test groups, sim/hw ns per tile median "
+               f"factor {s['median_factor']:.3f}, worst gather degree "
+               f"{s['worst_degree_factor']:.2f}x -> {out}")
 
 
 def reblock(

@@ -10,17 +10,9 @@ from opatlas.backends.base import Backend
 from opatlas.errors import InvalidShape
 from opatlas.ops.base import Op
 from opatlas.tenstorrent.reshard import parse_grid
-from opatlas.tenstorrent.sim import WormholeParams, simulate
+from opatlas.tenstorrent.sim import WormholeParams, calibrated_params, simulate
 
 PARAMS_ENV = "OPATLAS_WORMHOLE_PARAMS"
-
-
-def calibrated_params_path() -> str | None:
-    """The parameters `opatlas calibrate` fitted on the bundled Wormhole measurements."""
-    from importlib import resources
-
-    f = resources.files("opatlas") / "data" / "tt-wormhole" / "wormhole_params.json"
-    return str(f) if f.is_file() else None
 
 
 class WormholeSimBackend(Backend):
@@ -28,14 +20,14 @@ class WormholeSimBackend(Backend):
     in_process = True  # pure Python, cannot crash or hang: no worker process needed
 
     def __init__(self, params: str | None = None) -> None:
-        path = params or os.environ.get(PARAMS_ENV) or calibrated_params_path()
-        self.params = WormholeParams.load(path) if path else WormholeParams()
+        path = params or os.environ.get(PARAMS_ENV)
+        self.params = WormholeParams.load(path) if path else calibrated_params()
 
     def device_name(self) -> str:
         return "wormhole_b0-sim"
 
     def versions(self) -> dict[str, str]:
-        return {"simulator": "1", **{k: str(v) for k, v in vars(self.params).items()}}
+        return {"simulator": "2", **{k: str(v) for k, v in vars(self.params).items()}}
 
     def measure(self, op: Op, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
                 warmup: int) -> dict[str, list[int]]:

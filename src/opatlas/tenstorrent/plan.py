@@ -14,7 +14,7 @@ the rest to BRISC (NoC 1).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_STRIDES_PER_RANGE = 255  # 8-bit num_strides in the runtime args
 
@@ -92,7 +92,13 @@ class CorePlan:
     strides: tuple[int, int]  # (NCRISC, BRISC)
     pages: tuple[int, int]
     ranges: int
-    sources: dict[tuple[int, int], int]  # input core -> pages read from it
+    # one per input core read: (its x, its y, pages, reads, share of the ranges on NCRISC)
+    flows: list[tuple[int, int, int, int, float]] = field(default_factory=list)
+
+    @property
+    def sources(self) -> dict[tuple[int, int], int]:
+        """Input core -> pages read from it."""
+        return {(x, y): pages for x, y, pages, _, _ in self.flows}
 
 
 def _overlaps(lo: int, hi: int, size: int, blocks: int) -> list[tuple[int, int, int]]:
@@ -126,10 +132,6 @@ def core_plan(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int,
         cols = _overlaps(o.c0, o.c1, col_size, cols_n)
         rows = _overlaps(o.r0, o.r1, row_size, rows_n)
         k = len(cols)
-        sources: dict[tuple[int, int], int] = {}
-        for rb, rs_, re_ in rows:
-            for cb, cs, ce in cols:
-                sources[src_core(rb, cb)] = sources.get(src_core(rb, cb), 0) + (re_ - rs_) * (ce - cs)
         full_width = k == 1 and cols[0][2] - cols[0][1] == col_size
         n_rows = o.r1 - o.r0
         if full_width:  # whole input-shard rows: one contiguous read per row block
@@ -150,34 +152,17 @@ def core_plan(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int,
         # ranges are in walk order; assign strides and pages to the RISC that owns each range
         s0 = p0 = taken = 0
         pages_per_row = o.c1 - o.c0
-        for (_, rs_, re_), gs, gr in zip(rows, group_strides, group_ranges, strict=True):
+        flows = []
+        for (rb, rs_, re_), gs, gr in zip(rows, group_strides, group_ranges, strict=True):
             share = min(max(first_half - taken, 0), gr) / gr
             s0 += gs * share
             p0 += (re_ - rs_) * pages_per_row * share
             taken += gr
+            reads = 1 if full_width else re_ - rs_  # per input core of this row block
+            flows += [(*src_core(rb, cb), (re_ - rs_) * (ce - cs), reads, share)
+                      for cb, cs, ce in cols]
         total_pages = n_rows * pages_per_row
         total_strides = sum(group_strides)
         out.append(CorePlan(o.core, (round(s0), total_strides - round(s0)),
-                            (round(p0), total_pages - round(p0)), ranges, sources))
+                            (round(p0), total_pages - round(p0)), ranges, flows))
     return out
-
-
-@dataclass
-class Traffic:
-    """What a plan asks of the input cores and the mesh."""
-
-    per_source: dict[tuple[int, int], int]  # input core -> pages it serves
-    fan_out: dict[tuple[int, int], int]     # input core -> output cores it feeds
-    page_hops: int                          # Σ pages × Manhattan distance travelled
-
-
-def traffic(plan: list[CorePlan]) -> Traffic:
-    per_source: dict[tuple[int, int], int] = {}
-    fan_out: dict[tuple[int, int], int] = {}
-    hops = 0
-    for c in plan:
-        for src, pages in c.sources.items():
-            per_source[src] = per_source.get(src, 0) + pages
-            fan_out[src] = fan_out.get(src, 0) + 1
-            hops += pages * (abs(src[0] - c.core[0]) + abs(src[1] - c.core[1]))
-    return Traffic(per_source, fan_out, hops)
