@@ -132,8 +132,9 @@ def test_reshard_bound_uses_the_simulator_only_where_pinned_down():
            "INPUT_0_Y_PAD[LOGICAL]": "256[256]", "INPUT_0_X_PAD[LOGICAL]": "256[256]"}
     ns, why = tm.reshard_bound(row, tpr.CsvFormat.V2, tpr)
     assert why == "wormhole-sim"
-    assert ns == pytest.approx(tm.simulate_reshard_ns(8, 8, (4, 4), "BLOCK", (2, 2), "BLOCK",
-                                                      "bfloat16"))
+    from opatlas.tenstorrent.sim import reshard_time_ns
+
+    assert ns == pytest.approx(reshard_time_ns((1, 1, 256, 256), "4x4", "BLOCK", "2x2", "BLOCK"))
     only_out = {**row, "ATTRIBUTES": f"{{'output_mem_config': '{cfg.format(x=1, y=1)}'}}"}
     assert tm.reshard_bound(only_out, tpr.CsvFormat.V2, tpr)[0] is None
     a = read(REAL, options=ReadOptions(extra={"ignore_signposts": True}))

@@ -268,19 +268,16 @@ def _memory_config(text: str) -> tuple[str, tuple[int, int] | None]:
 
 
 def simulate_reshard_ns(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, int],
-                        sout: str, dtype: str) -> float:
-    """The calibrated Wormhole reshard simulator's time for one reshard (the one place that
-    calls the simulator's API, as ``opatlas run reshard --backend wormhole-sim`` does)."""
-    from opatlas.tenstorrent.backend import WormholeSimBackend
-    from opatlas.tenstorrent.sim import simulate
+                        sout: str, dtype: str) -> float | None:
+    """The calibrated Wormhole reshard simulator's time for one reshard of ``ht`` × ``wt``
+    tiles, or None where the tensor does not shard evenly on those grids."""
+    from opatlas.errors import InvalidShape
+    from opatlas.tenstorrent.sim import reshard_time_ns
 
-    params = _sim_params(WormholeSimBackend)
-    return float(simulate(ht, wt, gin, sin, gout, sout, params, dtype).time_ns)
-
-
-@cache
-def _sim_params(backend_cls: Any) -> Any:
-    return backend_cls().params
+    try:
+        return reshard_time_ns((ht * 32, wt * 32), gin, sin, gout, sout, dtype)
+    except InvalidShape:
+        return None
 
 
 def reshard_bound(raw: pd.Series, fmt: Any, tpr: Any) -> tuple[float | None, str]:
@@ -313,4 +310,7 @@ def reshard_bound(raw: pd.Series, fmt: Any, tpr: Any) -> tuple[float | None, str
     if any(v is None for v in dims) or (dims[0] * dims[1] * dims[2]) % 32 or dims[3] % 32:
         return None, "not comparable: the shape is not whole tiles"
     ht, wt = dims[0] * dims[1] * dims[2] // 32, dims[3] // 32
-    return simulate_reshard_ns(ht, wt, gin, sin, gout, sout, dtype), "wormhole-sim"
+    ns = simulate_reshard_ns(ht, wt, gin, sin, gout, sout, dtype)
+    if ns is None:
+        return None, "not comparable: the tensor does not shard evenly in whole tiles on these grids"
+    return ns, "wormhole-sim"
