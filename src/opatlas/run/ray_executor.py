@@ -53,6 +53,8 @@ INSTALL_HINT = ("the Ray executor needs Ray, which is not installed: pip install
 
 # The device a backend's worker holds: Ray's name for the resource.
 BACKEND_RESOURCE = {"cuda": "GPU", "ttnn": "TTNPU"}
+# The variable Ray sets to pin a worker to its accelerator ids.
+VISIBLE_VAR = {"GPU": "CUDA_VISIBLE_DEVICES", "TTNPU": "TT_VISIBLE_DEVICES"}
 
 
 class RayUnavailable(OpatlasError):
@@ -179,6 +181,7 @@ class RayDispatcher:
         self.groups: dict[str, WorkerInfo] = {}  # device name -> the first worker's info
         self.summary = RunSummary()
         self.start_errors: list[str] = []
+        self.warned_visible = False
         self.progress: Progress | None = None
         self.writer = ResultWriter(store, 8 * config.flush_every, config.flush_seconds)
 
@@ -204,8 +207,18 @@ class RayDispatcher:
             self.ray.kill(handle)
             return
         self.slots[_key(handle)] = _Slot(handle, info)
+        self._check_visible(info)
         if info.device not in self.groups:
             self._new_group(info)
+
+    def _check_visible(self, info: WorkerInfo) -> None:
+        """Say so (once) when Ray did not pin the device: the worker would see every card."""
+        var = VISIBLE_VAR.get(self.resource)
+        if var and var not in info.visible and not self.warned_visible:
+            self.warned_visible = True
+            print(f"opatlas: warning: Ray did not set {var} for the worker on {info.node} "
+                  f"(Ray older than 2.60 for TTNPU, or a RAY_EXPERIMENTAL_NOSET_* variable); "
+                  f"it may see every device of its node", file=sys.stderr)
 
     def _new_group(self, info: WorkerInfo) -> None:
         """The first worker of a device type: what that device still has to run (resume)."""
@@ -346,6 +359,11 @@ class RayDispatcher:
                     + "; ".join(self.start_errors[-3:]))
 
     def _shutdown_workers(self) -> None:
+        if self.starting:
+            print(f"opatlas: note: {len(self.starting)} Ray worker(s) were still waiting for a "
+                  f"device when the work ran out (a node that left, or devices held by another "
+                  f"job); if they hold another device type, run again to measure it there",
+                  file=sys.stderr)
         handles = [s.handle for s in self.slots.values()] + list(self.starting.values())
         closing = [s.handle.close.remote() for s in self.slots.values()]
         if closing:
