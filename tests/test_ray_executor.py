@@ -256,3 +256,12 @@ def test_chunk_plan_and_resources_by_backend():
     here = Path(__file__)
     assert shipped_ops_modules([str(here), "my_pkg.ops"]) == (
         [str(here.resolve())], [here.stem, "my_pkg.ops"])
+
+
+def test_an_address_nobody_answers_is_one_clear_error():
+    from opatlas.errors import OpatlasError
+    from opatlas.run.ray_executor import check_reachable
+
+    with pytest.raises(OpatlasError, match=r"--address 127\.0\.0\.1:1: nothing answers there"):
+        check_reachable("127.0.0.1:1")
+    check_reachable("auto")  # left to Ray

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 from collections import Counter, deque
@@ -118,6 +119,20 @@ def shipped_ops_modules(ops_modules: Sequence[str]) -> tuple[list[str], list[str
     return files, names
 
 
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast and clearly on a HOST:PORT nobody listens on (Ray itself retries for
+    minutes). ``auto`` and ``ray://`` addresses are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise OpatlasError(f"--address {address}: nothing answers there ({exc}); start a cluster "
+                           f"with `ray start --head`, use --address auto on a node of a running "
+                           f"cluster, or leave --address out to start Ray on this machine") from None
+
+
 def connect(ray: Any, cfg: RayConfig, ship: Sequence[str] = ()) -> bool:
     """Connect to (or start) Ray, with the files in ``ship`` in the job's runtime env
     (``py_modules``); True when this call connected, so the caller shuts it down.
@@ -133,7 +148,13 @@ def connect(ray: Any, cfg: RayConfig, ship: Sequence[str] = ()) -> bool:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     runtime_env = {"py_modules": list(ship)} if ship else None
     if cfg.address:
-        ray.init(address=cfg.address, runtime_env=runtime_env, log_to_driver=True)
+        check_reachable(cfg.address)
+        try:
+            ray.init(address=cfg.address, runtime_env=runtime_env, log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise OpatlasError(f"--address {cfg.address}: cannot reach a Ray cluster there "
+                               f"({_short(exc)}); start one with `ray start --head`, or leave "
+                               f"--address out to start Ray on this machine") from None
     else:
         ray.init(num_cpus=cfg.num_cpus, object_store_memory=cfg.object_store_mb * 2**20,
                  include_dashboard=False, runtime_env=runtime_env, log_to_driver=True)
