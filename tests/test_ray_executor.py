@@ -202,8 +202,8 @@ def test_a_removed_node_loses_nothing_and_records_nothing_twice(cluster, tmp_pat
 
 
 def test_killed_driver_resumes_from_the_store(cluster, tmp_path):
-    n = 200
-    spec = write_spec(tmp_path / "slow.yml", fault_spec(n, sleep_ms=30))
+    n = 200  # 4 workers x 200 ms per vector (2 repeats of 100 ms): >= 10 s of work
+    spec = write_spec(tmp_path / "slow.yml", fault_spec(n, sleep_ms=100))
     store = tmp_path / "s.duckdb"
     args = ["run", str(spec), "--store", str(store), "--executor", "ray", "--address",
             cluster.address, "--ray-resource", "GPU", "--chunk", "4", "--log-every", "8"]
@@ -212,10 +212,11 @@ def test_killed_driver_resumes_from_the_store(cluster, tmp_path):
                             stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     done = 0
-    while done < 40 and time.monotonic() < deadline:
+    while done < 24 and time.monotonic() < deadline:
         m = re.search(r"\| (\d+)/\d+=", proc.stderr.readline())
         done = int(m.group(1)) if m else done
     time.sleep(2.5)  # past one time-based flush (every 2 s)
+    assert proc.poll() is None, "the sweep ended before the driver could be killed"
     proc.send_signal(signal.SIGKILL)  # the driver, mid-sweep, no clean-up
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
