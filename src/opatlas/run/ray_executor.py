@@ -31,7 +31,7 @@ from typing import Any
 
 from opatlas.errors import OpatlasError
 from opatlas.run.progress import Progress
-from opatlas.run.ray_worker import ChunkResult, DeviceWorker, WorkerInfo
+from opatlas.run.ray_worker import ChunkResult, DeviceWorker, WorkerInfo, wire_vectors
 from opatlas.run.records import ResultWriter, RowBuilder
 from opatlas.run.runner import (
     FAILED,
@@ -267,7 +267,7 @@ class RayDispatcher:
             queue = self.queues.get(slot.info.device)
             while queue and slot.in_flight < limit:
                 chunk = queue.popleft()
-                ref = slot.handle.run_chunk.remote(chunk.vectors)
+                ref = slot.handle.run_chunk.remote(wire_vectors(chunk.vectors))
                 self.in_flight[ref] = (slot, chunk)
                 slot.in_flight += 1
 

@@ -44,6 +44,16 @@ def node_label() -> str:
         return host
 
 
+WireVector = tuple[str, Mapping[str, Any], int, str]  # op, params, index, id
+
+
+def wire_vectors(vectors: Sequence[Vector]) -> list[WireVector]:
+    """Vectors as plain tuples for the trip to a worker: smaller pickles, and the driver's
+    vectors stay as they are (pickling an instance makes Python build its ``__dict__``, 64 bytes
+    per vector kept for the whole run)."""
+    return [(v.op, v.params, v.index, v.id) for v in vectors]
+
+
 @dataclass(frozen=True)
 class WorkerInfo:
     node: str
@@ -84,11 +94,12 @@ class DeviceWorker:
     def info(self) -> WorkerInfo:
         return self.info_
 
-    def run_chunk(self, vectors: Sequence[Vector]) -> ChunkResult:
+    def run_chunk(self, chunk: Sequence[WireVector]) -> ChunkResult:
         how, t0 = self.how, time.monotonic()
         rows: list[ResultRow] = []
         statuses: list[str] = []
-        for vec in vectors:
+        for op, params, index, vector_id in chunk:
+            vec = Vector(op=op, params=params, index=index, id=vector_id)
             outcome = self.worker.run(vec.op, vec.params, how.passes, how.repeats, how.warmup,
                                       how.timeout_s)
             rows.extend(self.builder.rows(vec, how.passes, outcome))
