@@ -70,7 +70,8 @@ class RayConfig:
     devices_per_task: int = 1   # devices each worker holds
     chunk: int = 16             # vectors per chunk (one actor call)
     resource: str | None = None  # GPU, TTNPU, CPU or a custom resource; None: by backend
-    in_flight_per_worker: int = 2
+    in_flight_per_worker: int = 2  # chunks queued per worker, at least ...
+    in_flight_vectors: int = 32     # ... this many vectors (small chunks: hide the call latency)
     max_workers: int | None = None
     object_store_mb: int = 100  # for a Ray started here: small for laptops and CI
     num_cpus: int | None = None  # for a Ray started here
@@ -262,7 +263,8 @@ class RayDispatcher:
 
     # -- chunks -------------------------------------------------------------------------------
     def submit(self) -> None:
-        limit = max(1, self.rcfg.in_flight_per_worker)
+        chunk = max(1, self.rcfg.chunk)
+        limit = max(1, self.rcfg.in_flight_per_worker, -(-self.rcfg.in_flight_vectors // chunk))
         for slot in list(self.slots.values()):
             queue = self.queues.get(slot.info.device)
             while queue and slot.in_flight < limit:
@@ -356,9 +358,7 @@ class RayDispatcher:
         stalled_since: float | None = None
         while self._work_left():
             self.submit()
-            refs = [*self.in_flight, *self.starting]
-            ready, _ = self.ray.wait(refs, num_returns=1, timeout=1.0) if refs else ([], [])
-            for ref in ready:
+            for ref in self._ready():
                 if ref in self.starting:
                     self._started(ref)
                 else:
@@ -378,6 +378,18 @@ class RayDispatcher:
                     f"{self.rcfg.start_timeout_s:g} s; the results so far are in the store, run "
                     f"the same command again to resume. Last errors: "
                     + "; ".join(self.start_errors[-3:]))
+
+    def _ready(self) -> list[Any]:
+        """Every call and start-up that has finished: waits for one (at most 1 s), then takes
+        all others already done, so small chunks cost one wait each, not one loop each."""
+        refs = [*self.in_flight, *self.starting]
+        if not refs:
+            return []
+        ready, rest = self.ray.wait(refs, num_returns=1, timeout=1.0)
+        if ready and rest:
+            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return ready
 
     def _shutdown_workers(self) -> None:
         if self.starting:
