@@ -8,7 +8,7 @@ import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, StoreOpt, WhereOpt, load
 from opatlas.errors import OpatlasError
-from opatlas.run import RunConfig, run_spec
+from opatlas.run import RunConfig, RunSummary, run_spec
 from opatlas.store import Store
 
 
@@ -32,6 +32,18 @@ def run(
     log_every: int = typer.Option(100, "--log-every", min=1,
                                   help="Log line every N vectors when not on a terminal."),
     ops_module: list[str] | None = OpsModuleOpt,
+    executor: str = typer.Option("local", "--executor",
+                                 help="local (this machine) or ray (a Ray cluster; "
+                                      "pip install 'opatlas[ray]')."),
+    address: str | None = typer.Option(
+        None, "--address", help="Ray cluster: auto (the running one) or HOST:PORT; "
+                                "default: start Ray on this machine."),
+    devices_per_task: int = typer.Option(1, "--devices-per-task", min=1,
+                                         help="Ray: devices each worker holds."),
+    chunk: int = typer.Option(16, "--chunk", min=1, help="Ray: vectors per chunk sent to a worker."),
+    ray_resource: str | None = typer.Option(
+        None, "--ray-resource", help="Ray: the resource a worker holds (default: GPU for cuda, "
+                                     "TTNPU for ttnn, CPU otherwise)."),
 ) -> None:
     """Run every valid vector of SPEC on a backend and record the timings in the store.
 
@@ -46,6 +58,8 @@ def run(
         opatlas run linear.yml --where "dim >= 4096 and mp == 2" --timeout 30
 
         opatlas run linear.yml --backend cuda --backend-opt timing=profiler
+
+        opatlas run llm-linear --backend cuda --executor ray --address auto --chunk 16
     """
     s = load(spec, ops_module)
     options = {}
@@ -58,10 +72,35 @@ def run(
                     timeout_s=timeout,
                     retry_failed=retry_failed, log_every=log_every,
                     ops_modules=list(ops_module or []))
+    if executor not in ("local", "ray"):
+        raise OpatlasError(f"--executor {executor!r}: expected local or ray")
     with Store(store) as st:
-        summary = run_spec(s, st, cfg, parts=parts, part=part, where=where)
+        if executor == "ray":
+            from opatlas.run.ray_executor import RayConfig, run_spec_ray
+
+            rcfg = RayConfig(address=address, devices_per_task=devices_per_task, chunk=chunk,
+                             resource=ray_resource)
+            summary = run_spec_ray(s, st, cfg, rcfg, parts=parts, part=part, where=where)
+        else:
+            summary = run_spec(s, st, cfg, parts=parts, part=part, where=where)
     stats = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "nothing to run"
     typer.echo(f"{s.name}: {summary.total} vectors; {summary.skipped} already in the store; "
                f"ran {summary.ran} ({stats}) in {summary.elapsed_s:.1f} s "
                f"({summary.rate:.1f} vec/s)")
+    for line in node_lines(summary):
+        typer.echo(line)
     typer.echo(f"store: {store.resolve()}")
+
+
+def node_lines(summary: RunSummary) -> list[str]:
+    """Per node of a distributed run: vectors, failures, busy time, the devices it used."""
+    if not summary.nodes:
+        return []
+    lines = [f"{'node':<28} {'vectors':>8} {'failures':>8} {'busy s':>9}  devices"]
+    for name, node in sorted(summary.nodes.items()):
+        lines.append(f"{name:<28} {node.vectors:>8} {node.failures:>8} {node.busy_s:>9.1f}  "
+                     f"{' '.join(sorted(node.devices)) or '-'}")
+    if summary.retried_chunks:
+        lines.append(f"{summary.retried_chunks} chunk(s) ran again after their worker died; "
+                     f"{summary.duplicate_rows} row(s) were already recorded and kept once")
+    return lines

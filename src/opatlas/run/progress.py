@@ -23,6 +23,8 @@ class Progress:
         self.stream = stream or sys.stderr
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.done = 0
+        self.detail = ""
+        self._next_log = self.log_every
         self.status: Counter[str] = Counter()
         self.t0 = time.monotonic()
         self._bar: Any = None
@@ -53,13 +55,26 @@ class Progress:
         elapsed = time.monotonic() - self.t0
         return self.done / elapsed if elapsed > 0 else 0.0
 
-    def advance(self, status: str) -> None:
-        self.done += 1
-        self.status[status] += 1
-        stat = " ".join(f"{k} {v}" for k, v in sorted(self.status.items()))
+    def grow(self, count: int) -> None:
+        """``count`` more vectors to do (work found after the start, e.g. a new device type)."""
+        self.total += count
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, rate=self.rate(), stat=stat)
-        elif self.done % self.log_every == 0 or self.done == self.total:
+            self._bar.update(self._task, total=self.total)
+
+    def advance(self, status: str, count: int = 1, detail: str | None = None) -> None:
+        """``count`` more vectors ended with ``status``; ``detail`` (e.g. per-node counts)
+        replaces the previous one on the bar and in the log lines."""
+        self.done += count
+        self.status[status] += count
+        if detail is not None:
+            self.detail = detail
+        stat = " ".join(f"{k} {v}" for k, v in sorted(self.status.items()))
+        if self.detail:
+            stat = f"{stat} | {self.detail}"
+        if self._bar is not None:
+            self._bar.update(self._task, advance=count, rate=self.rate(), stat=stat)
+        elif self.done >= self._next_log or self.done == self.total:
+            self._next_log = (self.done // self.log_every + 1) * self.log_every
             rate = self.rate()
             eta = (self.total - self.done) / rate if rate else 0.0
             pct = 100.0 * self.done / self.total if self.total else 100.0

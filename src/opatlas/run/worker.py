@@ -3,7 +3,8 @@
 A vector runs in a long-lived child process. The parent waits for its answer at most
 ``timeout`` seconds: a hang is killed and recorded as ``timeout``; a child that dies (segfault,
 ``os._exit``, the OOM killer) is recorded as ``crash`` with its signal or exit code; either way
-a fresh worker is started and the sweep goes on.
+a fresh worker is started and the sweep goes on. A fresh worker says when it is ready (backend
+built, ops imported) before it gets a vector, so its start-up never counts against ``timeout``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from opatlas.errors import InvalidShape
+from opatlas.ops.registry import resolved_params
+
+READY = "ready"
+STARTUP_TIMEOUT_S = 600.0  # importing torch and building a backend on a loaded machine
 
 
 @dataclass
@@ -39,11 +44,15 @@ def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str],
     """Child loop: receive (op, params, passes, repeats, warmup); answer with an outcome."""
     from opatlas.backends import get_backend
     from opatlas.ops import load_ops_module
-    from opatlas.ops.registry import resolved_params
 
-    for m in ops_modules:
-        load_ops_module(m)
-    backend = get_backend(backend_name, **(backend_options or {}))
+    try:
+        for m in ops_modules:
+            load_ops_module(m)
+        backend = get_backend(backend_name, **(backend_options or {}))
+    except BaseException as exc:  # reported for every vector it was meant to run
+        conn.send(("error", None, f"worker could not start: {type(exc).__name__}: {exc}"[:2000]))
+        return
+    conn.send((READY, None, ""))
     while True:
         try:
             msg = conn.recv()
@@ -77,7 +86,8 @@ class WorkerHandle:
         self.conn: Any = None
         self.restarts = 0
 
-    def _start(self) -> None:
+    def _start(self) -> Outcome | None:
+        """Start a worker and wait until it is ready; an outcome if it could not start."""
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=worker_main, daemon=True,
                                      args=(child, self.backend_name, self.ops_modules,
@@ -85,6 +95,24 @@ class WorkerHandle:
         self.proc.start()
         child.close()
         self.conn = parent
+        if not parent.poll(STARTUP_TIMEOUT_S):
+            self._kill()
+            return Outcome("timeout", message=f"worker did not start within {STARTUP_TIMEOUT_S:g} s")
+        answer = self._receive()
+        if answer.status == READY:
+            return None
+        self._kill()
+        return answer
+
+    def _receive(self) -> Outcome:
+        try:
+            status, timings, message = self.conn.recv()
+            return Outcome(status, timings, message)
+        except (EOFError, OSError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            self._kill()
+            return Outcome("crash", message=f"worker process died ({_describe_exit(code)})")
 
     def _kill(self) -> None:
         if self.proc is not None and self.proc.is_alive():
@@ -100,7 +128,9 @@ class WorkerHandle:
         if self.proc is None or not self.proc.is_alive():
             if self.proc is not None:
                 self.restarts += 1
-            self._start()
+            failed = self._start()
+            if failed is not None:
+                return failed
         try:
             self.conn.send((op, dict(params), list(passes), repeats, warmup))
             ready = self.conn.poll(timeout)
@@ -110,14 +140,7 @@ class WorkerHandle:
             self._kill()
             self.restarts += 1
             return Outcome("timeout", message=f"no result within {timeout:g} s; worker killed")
-        try:
-            status, timings, message = self.conn.recv()
-            return Outcome(status, timings, message)
-        except (EOFError, OSError):
-            self.proc.join(5)
-            code = self.proc.exitcode
-            self._kill()
-            return Outcome("crash", message=f"worker process died ({_describe_exit(code)})")
+        return self._receive()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -136,3 +159,31 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+class InProcess:
+    """Runs vectors in this process: for backends that cannot crash or hang (simulators)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def run(self, op: str, params: Any, passes: Any, repeats: int, warmup: int,
+            timeout: float) -> Outcome:
+        try:
+            o, full = resolved_params(op, params)
+            return Outcome("ok", self.backend.measure(o, full, passes, repeats, warmup))
+        except Exception as exc:  # recorded like the worker would
+            return Outcome(_classify(exc), message=f"{type(exc).__name__}: {exc}"[:2000])
+
+    def close(self) -> None:
+        pass
+
+
+def open_worker(backend: Any, backend_name: str, ops_modules: Sequence[str] = (),
+                backend_options: Mapping[str, Any] | None = None) -> InProcess | WorkerHandle:
+    """The executor of vectors for ``backend``: in this process for backends that declare
+    ``in_process`` (they cannot crash or hang), else a guarded worker process."""
+    if getattr(backend, "in_process", False):
+        return InProcess(backend)
+    return WorkerHandle(backend_name, [str(m) for m in ops_modules],
+                        backend_options=backend_options)

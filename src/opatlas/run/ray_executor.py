@@ -1,0 +1,435 @@
+"""``--executor ray``: one sweep over many machines, every device busy, one store.
+
+The driver (this process) expands the spec, starts one :class:`DeviceWorker` actor per device
+of the cluster, and streams chunks of vectors to them, at most ``in_flight_per_worker`` chunks
+per actor (backpressure: a 2.9M-vector sweep never becomes 2.9M pending tasks). Results come
+back as they finish (``ray.wait``) and only the driver writes the DuckDB store, in batched
+transactions. An actor that dies (its node removed, its process killed) loses nothing: its
+unfinished chunks go back to the queue and run on another actor; the store ignores rows it
+already holds, so nothing is recorded twice. A driver killed mid-run resumes from the store.
+
+Why actors and not tasks: an actor holds its device for the whole sweep, so the backend, the
+CUDA context or the Tenstorrent device, and the guarded worker process stay warm across chunks.
+A task per chunk would re-create them (Ray does not reuse a GPU worker process across tasks by
+default), and a hang would hold a task slot the scheduler cannot see. Retrying is done here:
+a dead actor's chunk is re-queued for any live actor of the same device type, which a Ray
+actor restart (``max_restarts``) cannot do when the node that held it is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opatlas.errors import OpatlasError
+from opatlas.run.progress import Progress
+from opatlas.run.ray_worker import ChunkResult, DeviceWorker, WorkerInfo, wire_vectors
+from opatlas.run.records import ResultWriter, RowBuilder
+from opatlas.run.runner import (
+    FAILED,
+    Measurement,
+    NodeStats,
+    RunConfig,
+    RunSummary,
+    measurement,
+    pending_vectors,
+    prepare_run,
+)
+from opatlas.run.worker import Outcome
+from opatlas.spec import SweepSpec
+from opatlas.store import Store
+from opatlas.sweep import Vector
+
+INSTALL_HINT = ("the Ray executor needs Ray, which is not installed: pip install 'opatlas[ray]' "
+                "(or pip install 'ray>=2.9'). Without it, run on one machine (--executor local) "
+                "or split the sweep with --parts N --part K and merge with opatlas import results.")
+
+# The device a backend's worker holds: Ray's name for the resource.
+BACKEND_RESOURCE = {"cuda": "GPU", "ttnn": "TTNPU"}
+# The variable Ray sets to pin a worker to its accelerator ids.
+VISIBLE_VAR = {"GPU": "CUDA_VISIBLE_DEVICES", "TTNPU": "TT_VISIBLE_DEVICES"}
+
+
+class RayUnavailable(OpatlasError):
+    """Ray is not installed (the CLI exits 2 with the install command)."""
+
+
+@dataclass
+class RayConfig:
+    """How to reach the cluster and how to cut the work."""
+
+    address: str | None = None  # None: start Ray on this machine; "auto": the running cluster
+    devices_per_task: int = 1   # devices each worker holds
+    chunk: int = 16             # vectors per chunk (one actor call)
+    resource: str | None = None  # GPU, TTNPU, CPU or a custom resource; None: by backend
+    in_flight_per_worker: int = 2  # chunks queued per worker, at least ...
+    in_flight_vectors: int = 32     # ... this many vectors (small chunks: hide the call latency)
+    max_workers: int | None = None
+    object_store_mb: int = 100  # for a Ray started here: small for laptops and CI
+    num_cpus: int | None = None  # for a Ray started here
+    chunk_attempts: int = 3     # a chunk whose worker died this often is recorded as crash
+    start_timeout_s: float = 300.0
+    rescale_every_s: float = 5.0
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(INSTALL_HINT) from None
+    return ray
+
+
+def device_resource(backend: str, override: str | None = None) -> str:
+    """The Ray resource one worker of ``backend`` holds: GPU (cuda), TTNPU (ttnn), else CPU."""
+    return override or BACKEND_RESOURCE.get(backend, "CPU")
+
+
+def actor_resources(resource: str, count: int) -> dict[str, Any]:
+    """Ray options that give an actor ``count`` units of ``resource`` and nothing else."""
+    if resource == "CPU":
+        return {"num_cpus": count}
+    if resource == "GPU":
+        return {"num_cpus": 0, "num_gpus": count}
+    return {"num_cpus": 0, "resources": {resource: count}}
+
+
+def shipped_ops_modules(ops_modules: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(files to ship in the runtime env's ``py_modules``, names the workers import).
+
+    A ``.py`` file travels with the job and is imported by its stem on the workers; a dotted
+    module name must be importable on every node (installed there)."""
+    files, names = [], []
+    for m in ops_modules:
+        p = Path(m)
+        if p.suffix == ".py" or p.is_file():
+            if not p.is_file():
+                raise OpatlasError(f"--ops-module {m}: no such file")
+            files.append(str(p.resolve()))
+            names.append(p.stem)
+        else:
+            names.append(str(m))
+    return files, names
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast and clearly on a HOST:PORT nobody listens on (Ray itself retries for
+    minutes). ``auto`` and ``ray://`` addresses are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise OpatlasError(f"--address {address}: nothing answers there ({exc}); start a cluster "
+                           f"with `ray start --head`, use --address auto on a node of a running "
+                           f"cluster, or leave --address out to start Ray on this machine") from None
+
+
+def connect(ray: Any, cfg: RayConfig, ship: Sequence[str] = ()) -> bool:
+    """Connect to (or start) Ray, with the files in ``ship`` in the job's runtime env
+    (``py_modules``); True when this call connected, so the caller shuts it down.
+
+    When the caller already initialised Ray, its job's runtime env stays as it is: the files
+    must be in it (``ray.init(runtime_env={"py_modules": [...]})``), which is said on stderr."""
+    if ray.is_initialized():
+        if ship:
+            print(f"opatlas: Ray was initialised before this run; the op module(s) {list(ship)} "
+                  f"reach the workers only if that ray.init shipped them (py_modules)",
+                  file=sys.stderr)
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    runtime_env = {"py_modules": list(ship)} if ship else None
+    if cfg.address:
+        check_reachable(cfg.address)
+        try:
+            ray.init(address=cfg.address, runtime_env=runtime_env, log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise OpatlasError(f"--address {cfg.address}: cannot reach a Ray cluster there "
+                               f"({_short(exc)}); start one with `ray start --head`, or leave "
+                               f"--address out to start Ray on this machine") from None
+    else:
+        ray.init(num_cpus=cfg.num_cpus, object_store_memory=cfg.object_store_mb * 2**20,
+                 include_dashboard=False, runtime_env=runtime_env, log_to_driver=True)
+    return True
+
+
+@dataclass
+class _Slot:
+    """A live actor, what it is, and how many chunks it has in flight."""
+
+    handle: Any
+    info: WorkerInfo
+    in_flight: int = 0
+
+
+@dataclass
+class _Chunk:
+    device: str
+    vectors: list[Vector]
+    attempts: int = 0
+    last_error: str = ""
+
+
+class RayDispatcher:
+    """Streams chunks to device actors and their results into the store."""
+
+    def __init__(self, ray: Any, store: Store, spec: SweepSpec, vectors: Sequence[Vector],
+                 config: RunConfig, ray_config: RayConfig,
+                 on_result: Callable[[ChunkResult], None] | None = None) -> None:
+        """``on_result`` is called with every chunk's result once it is recorded."""
+        self.on_result = on_result
+        self.ray, self.store, self.spec, self.vectors = ray, store, spec, vectors
+        self.cfg, self.rcfg = config, ray_config
+        self.how: Measurement = measurement(spec, config)
+        self.resource = device_resource(config.backend, ray_config.resource)
+        _, names = shipped_ops_modules(config.ops_modules)
+        options = actor_resources(self.resource, ray_config.devices_per_task)
+        self.actor_cls = ray.remote(DeviceWorker).options(max_restarts=0, max_task_retries=0,
+                                                           **options)
+        self.actor_args = (config.backend, dict(config.backend_options), names, self.how)
+        self.slots: dict[Any, _Slot] = {}       # actor id -> live actor
+        self.starting: dict[Any, Any] = {}      # info() ref -> actor handle
+        self.in_flight: dict[Any, tuple[_Slot, _Chunk]] = {}
+        self.queues: dict[str, deque[_Chunk]] = {}
+        self.groups: dict[str, WorkerInfo] = {}  # device name -> the first worker's info
+        self.summary = RunSummary()
+        self.start_errors: list[str] = []
+        self.warned_visible = False
+        self.progress: Progress | None = None
+        self.writer = ResultWriter(store, 8 * config.flush_every, config.flush_seconds)
+
+    # -- workers ------------------------------------------------------------------------------
+    def target_workers(self) -> int:
+        total = self.ray.cluster_resources().get(self.resource, 0.0)
+        count = int(total // self.rcfg.devices_per_task)
+        return min(count, self.rcfg.max_workers) if self.rcfg.max_workers else count
+
+    def scale(self) -> None:
+        """Start workers until there is one per free device of the cluster (also after a node
+        joined, or to replace a worker that died)."""
+        for _ in range(self.target_workers() - len(self.slots) - len(self.starting)):
+            handle = self.actor_cls.remote(*self.actor_args)
+            self.starting[handle.info.remote()] = handle
+
+    def _started(self, ref: Any) -> None:
+        handle = self.starting.pop(ref)
+        try:
+            info: WorkerInfo = self.ray.get(ref)
+        except Exception as exc:  # the actor could not start (backend missing, node gone)
+            self.start_errors.append(_short(exc))
+            self.ray.kill(handle)
+            return
+        self.slots[_key(handle)] = _Slot(handle, info)
+        self._check_visible(info)
+        if info.device not in self.groups:
+            self._new_group(info)
+
+    def _check_visible(self, info: WorkerInfo) -> None:
+        """Say so (once) when Ray did not pin the device: the worker would see every card."""
+        var = VISIBLE_VAR.get(self.resource)
+        if var and var not in info.visible and not self.warned_visible:
+            self.warned_visible = True
+            print(f"opatlas: warning: Ray did not set {var} for the worker on {info.node} "
+                  f"(Ray older than 2.60 for TTNPU, or a RAY_EXPERIMENTAL_NOSET_* variable); "
+                  f"it may see every device of its node", file=sys.stderr)
+
+    def _new_group(self, info: WorkerInfo) -> None:
+        """The first worker of a device type: what that device still has to run (resume)."""
+        self.groups[info.device] = info
+        self.writer.flush()
+        todo = pending_vectors(self.store, self.vectors, self.cfg.backend, info.device,
+                               self.cfg.retry_failed)
+        self.summary.total += len(self.vectors)
+        self.summary.skipped += len(self.vectors) - len(todo)
+        size = max(1, self.rcfg.chunk)
+        self.queues[info.device] = deque(_Chunk(info.device, todo[i:i + size])
+                                         for i in range(0, len(todo), size))
+        if self.progress is not None:
+            self.progress.grow(len(todo))
+
+    def _drop(self, slot: _Slot) -> None:
+        self.slots.pop(_key(slot.handle), None)
+        with contextlib.suppress(Exception):  # already gone with its node
+            self.ray.kill(slot.handle)
+
+    # -- chunks -------------------------------------------------------------------------------
+    def submit(self) -> None:
+        chunk = max(1, self.rcfg.chunk)
+        limit = max(1, self.rcfg.in_flight_per_worker, -(-self.rcfg.in_flight_vectors // chunk))
+        for slot in list(self.slots.values()):
+            queue = self.queues.get(slot.info.device)
+            while queue and slot.in_flight < limit:
+                chunk = queue.popleft()
+                ref = slot.handle.run_chunk.remote(wire_vectors(chunk.vectors))
+                self.in_flight[ref] = (slot, chunk)
+                slot.in_flight += 1
+
+    def _finished(self, ref: Any) -> None:
+        slot, chunk = self.in_flight.pop(ref)
+        slot.in_flight -= 1
+        try:
+            result: ChunkResult = self.ray.get(ref)
+        except Exception as exc:  # the actor or its node died: the chunk runs again elsewhere
+            self._drop(slot)
+            self._retry(chunk, _short(exc))
+            return
+        self._record(chunk, result)
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def _retry(self, chunk: _Chunk, error: str) -> None:
+        chunk.attempts += 1
+        chunk.last_error = error
+        self.summary.retried_chunks += 1
+        if chunk.attempts < self.rcfg.chunk_attempts:
+            self.queues[chunk.device].appendleft(chunk)
+            return
+        info = self.groups[chunk.device]  # recorded, never dropped: say why
+        builder = RowBuilder(self.cfg.backend, info.device, info.versions_json)
+        outcome = Outcome("crash", message=f"the Ray worker running this vector died "
+                                           f"{chunk.attempts} times; last: {error}"[:2000])
+        rows = [r for v in chunk.vectors for r in builder.rows(v, self.how.passes, outcome)]
+        self._record(chunk, ChunkResult(rows, ["crash"] * len(chunk.vectors), 0.0, "(lost)"))
+
+    def _record(self, chunk: _Chunk, result: ChunkResult) -> None:
+        self.writer.add(result.rows)
+        node = self.summary.nodes.setdefault(result.node, NodeStats())
+        node.vectors += len(result.statuses)
+        node.failures += sum(s in FAILED for s in result.statuses)
+        node.busy_s += result.busy_s
+        node.devices.update(f"{k}={v}" for k, v in result.visible.items())
+        statuses = Counter(result.statuses)
+        self.summary.ran += len(result.statuses)
+        self.summary.statuses.update(statuses)
+        detail = " ".join(f"{n.split('/')[-1]}:{s.vectors}"
+                          for n, s in sorted(self.summary.nodes.items()))
+        if self.progress is not None:
+            for status, count in statuses.items():
+                self.progress.advance(status, count, detail)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _wait_for_first_worker(self) -> None:
+        self.scale()
+        if not self.starting:
+            raise OpatlasError(
+                f"the Ray cluster has no free {self.resource!r} resource for a worker holding "
+                f"{self.rcfg.devices_per_task} of them (cluster: "
+                f"{self.ray.cluster_resources()}); use --ray-resource or --devices-per-task")
+        deadline = time.monotonic() + self.rcfg.start_timeout_s
+        while not self.slots:
+            if not self.starting:
+                raise OpatlasError("no Ray worker could start: " + "; ".join(self.start_errors))
+            if time.monotonic() > deadline:
+                raise OpatlasError(f"no Ray worker started within {self.rcfg.start_timeout_s:g} s "
+                                   f"(is the {self.resource!r} resource held by another job?)")
+            ready, _ = self.ray.wait(list(self.starting), num_returns=1, timeout=1.0)
+            for ref in ready:
+                self._started(ref)
+
+    def _work_left(self) -> bool:
+        return bool(self.in_flight) or any(self.queues.values())
+
+    def run(self) -> RunSummary:
+        t0 = time.monotonic()
+        try:
+            self._wait_for_first_worker()
+            todo = sum(len(c.vectors) for q in self.queues.values() for c in q)
+            with self.writer, Progress(todo, label=f"{self.spec.name} on {self.cfg.backend} (ray)",
+                                       interactive=self.cfg.interactive,
+                                       log_every=self.cfg.log_every) as self.progress:
+                self._loop()
+        finally:
+            self._shutdown_workers()
+            self.summary.elapsed_s = time.monotonic() - t0
+            self.summary.duplicate_rows = self.writer.ignored
+        return self.summary
+
+    def _loop(self) -> None:
+        last_scale = time.monotonic()
+        stalled_since: float | None = None
+        while self._work_left():
+            self.submit()
+            for ref in self._ready():
+                if ref in self.starting:
+                    self._started(ref)
+                else:
+                    self._finished(ref)
+            self.writer.add(())  # a time-based flush while chunks are long
+            if time.monotonic() - last_scale >= self.rcfg.rescale_every_s:
+                self.scale()
+                last_scale = time.monotonic()
+            if self.slots:
+                stalled_since = None
+            elif stalled_since is None:
+                stalled_since = time.monotonic()
+                self.scale()
+            elif time.monotonic() - stalled_since > self.rcfg.start_timeout_s:
+                raise OpatlasError(
+                    f"every Ray worker is gone and none restarted within "
+                    f"{self.rcfg.start_timeout_s:g} s; the results so far are in the store, run "
+                    f"the same command again to resume. Last errors: "
+                    + "; ".join(self.start_errors[-3:]))
+
+    def _ready(self) -> list[Any]:
+        """Every call and start-up that has finished: waits for one (at most 1 s), then takes
+        all others already done, so small chunks cost one wait each, not one loop each."""
+        refs = [*self.in_flight, *self.starting]
+        if not refs:
+            return []
+        ready, rest = self.ray.wait(refs, num_returns=1, timeout=1.0)
+        if ready and rest:
+            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return ready
+
+    def _shutdown_workers(self) -> None:
+        if self.starting:
+            print(f"opatlas: note: {len(self.starting)} Ray worker(s) were still waiting for a "
+                  f"device when the work ran out (a node that left, or devices held by another "
+                  f"job); if they hold another device type, run again to measure it there",
+                  file=sys.stderr)
+        handles = [s.handle for s in self.slots.values()] + list(self.starting.values())
+        closing = [s.handle.close.remote() for s in self.slots.values()]
+        if closing:
+            self.ray.wait(closing, num_returns=len(closing), timeout=10.0)
+        for handle in handles:
+            with contextlib.suppress(Exception):  # already dead
+                self.ray.kill(handle)
+        self.slots.clear()
+        self.starting.clear()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def run_spec_ray(spec: SweepSpec, store: Store, config: RunConfig | None = None,
+                 ray_config: RayConfig | None = None, *, parts: int = 1, part: int = 1,
+                 where: str | None = None) -> RunSummary:
+    """Like :func:`opatlas.run.run_spec`, with the vectors run by Ray workers across a cluster.
+
+    The driver alone writes ``store``; re-running the same call resumes from it."""
+    ray = import_ray()
+    config = config or RunConfig()
+    ray_config = ray_config or RayConfig()
+    vectors = prepare_run(spec, store, config, parts=parts, part=part, where=where)
+    started = connect(ray, ray_config, shipped_ops_modules(config.ops_modules)[0])
+    try:
+        return RayDispatcher(ray, store, spec, vectors, config, ray_config).run()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _key(handle: Any) -> str:
+    return handle._actor_id.hex()

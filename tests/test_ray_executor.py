@@ -1,0 +1,268 @@
+"""The Ray executor on a simulated multi-node cluster (``ray.cluster_utils.Cluster``): a head with
+no CPUs, two nodes with two fake GPUs and two fake Tenstorrent cards each; every vector once,
+one device per worker, failures recorded, node loss, driver loss, same rows as the local run.
+
+The cluster is small (80 MB object store per node, one CPU per node, no dashboard) and shared by
+the whole module; the heavy lifting is one GPU sweep that several tests read."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, write_spec
+from opatlas.run import RunConfig, run_spec
+from opatlas.run.ray_executor import RayConfig, RayDispatcher, run_spec_ray
+from opatlas.run.runner import prepare_run
+from opatlas.spec import spec_from_mapping
+from opatlas.store import Store
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+OBJECT_STORE = 80 * 2**20
+N_GPU_SWEEP = 240
+CRASH_AT, HANG_AT = 7, 11
+
+
+def node_args(**resources) -> dict:
+    return dict(num_cpus=1, object_store_memory=OBJECT_STORE, **resources)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
+                           "PYTHONUNBUFFERED": "1"}.items():
+            mp.setenv(key, value)
+        c = Cluster(initialize_head=True, head_node_args=dict(
+            num_cpus=0, object_store_memory=OBJECT_STORE, include_dashboard=False))
+        try:
+            for _ in range(2):
+                c.add_node(**node_args(num_gpus=2, resources={"TTNPU": 2}))
+            c.wait_for_nodes()
+            ray.init(address=c.address)
+            yield c
+        finally:
+            ray.shutdown()
+            c.shutdown()
+
+
+def fault_spec(n: int, **fixed) -> dict:
+    return {"name": "faults", "op": "fault", "params": {"i": list(range(n))}, "fixed": fixed,
+            "repeats": 2, "warmup": 0}
+
+
+@pytest.fixture(scope="module")
+def gpu_sweep(cluster, tmp_path_factory):
+    """One CPU-backend sweep on workers that each hold one fake GPU; a crash and a hang in it."""
+    spec = spec_from_mapping(fault_spec(N_GPU_SWEEP, crash_at=CRASH_AT, hang_at=HANG_AT))
+    path = tmp_path_factory.mktemp("gpu") / "ray.duckdb"
+    cfg = RunConfig(timeout_s=3.0, interactive=False, log_every=10**6)
+    with Store(path) as st:
+        summary = run_spec_ray(spec, st, cfg, RayConfig(resource="GPU", chunk=16))
+        df = st.results()
+    return spec, summary, df
+
+
+def test_every_vector_recorded_exactly_once(gpu_sweep):
+    _, summary, df = gpu_sweep
+    assert summary.ran == N_GPU_SWEEP and summary.skipped == 0
+    assert len(df) == N_GPU_SWEEP and df["vector_id"].nunique() == N_GPU_SWEEP
+    assert sorted(df["i"]) == list(range(N_GPU_SWEEP))
+    assert summary.duplicate_rows == 0
+    assert sum(n.vectors for n in summary.nodes.values()) == N_GPU_SWEEP
+    ok = df[df["status"] == "ok"]
+    assert (ok["repeats"] == 2).all() and (ok["min_ns"] > 0).all()
+
+
+def test_each_worker_saw_exactly_one_gpu(gpu_sweep, cluster):
+    _, summary, _ = gpu_sweep
+    worker_nodes = {n.node_id[:8] for n in cluster.worker_nodes}
+    assert {name.split("/")[1] for name in summary.nodes} <= worker_nodes  # never the head
+    for node in summary.nodes.values():
+        assert node.devices, "a worker ran without a device"
+        # one id per worker, as Ray sets it for num_gpus=1; ids of a 2-GPU node are 0 or 1
+        assert all(re.fullmatch(r"CUDA_VISIBLE_DEVICES=[01]", d) for d in node.devices), \
+            node.devices
+
+
+def test_crash_and_hang_are_recorded_on_the_ray_path(gpu_sweep):
+    _, summary, df = gpu_sweep
+    by_i = df.set_index("i")
+    assert by_i.loc[CRASH_AT, "status"] == "crash"
+    assert "exit code 3" in by_i.loc[CRASH_AT, "message"]
+    assert by_i.loc[HANG_AT, "status"] == "timeout"
+    assert "3 s" in by_i.loc[HANG_AT, "message"]
+    assert summary.statuses == {"ok": N_GPU_SWEEP - 2, "crash": 1, "timeout": 1}
+    assert sum(n.failures for n in summary.nodes.values()) == 2
+
+
+def test_ray_and_local_runs_have_the_same_rows(gpu_sweep, tmp_path):
+    spec, _, ray_df = gpu_sweep
+    with Store(tmp_path / "local.duckdb") as st:
+        run_spec(spec, st, RunConfig(timeout_s=3.0, interactive=False, log_every=10**6))
+        local_df = st.results()
+    cols = ["vector_id", "pass", "status", "backend", "device", "dtype", "repeats"]
+
+    def key(df):
+        return sorted(map(tuple, df[cols].astype(str).to_numpy()))
+
+    assert key(ray_df) == key(local_df)
+
+
+PROBE_OP = '''
+import os
+from opatlas.ops.base import Op
+from opatlas.ops.registry import register_op
+
+
+@register_op
+class DeviceProbe(Op):
+    """Fails on purpose with what the guarded process sees, so the store records it."""
+    name = "device_probe"
+    params = ("i",)
+    passes = ("fwd",)
+
+    def build(self, p, device):
+        return dict(p)
+
+    def prepare(self, state, pass_):
+        return None
+
+    def execute(self, state, pass_, prepared):
+        seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TT_VISIBLE_DEVICES")}
+        raise RuntimeError(f"pid={os.getpid()} saw {seen}")
+'''
+
+
+def test_tt_cards_one_per_worker_and_ops_module_reaches_workers(cluster, tmp_path):
+    """Through the CLI, a separate driver: a user's op file travels in the job's runtime env;
+    the guarded process that runs each vector sees exactly one Tenstorrent card
+    (TT_VISIBLE_DEVICES as Ray sets it) and no GPU."""
+    ops_file = tmp_path / "probe_ops_tt.py"
+    ops_file.write_text(PROBE_OP)
+    spec = write_spec(tmp_path / "probe.yml", {"op": "device_probe",
+                                               "params": {"i": list(range(24))},
+                                               "repeats": 1, "warmup": 0})
+    store = tmp_path / "tt.duckdb"
+    out = run_cli("run", str(spec), "--store", str(store), "--ops-module", str(ops_file),
+                  "--executor", "ray", "--address", cluster.address, "--ray-resource", "TTNPU",
+                  "--chunk", "4", check=True).stdout
+    with Store(store) as st:
+        df = st.results()
+    assert len(df) == 24 and df["vector_id"].nunique() == 24
+    assert (df["status"] == "error").all()
+    seen = df["message"].str.extract(r"saw (\{.*\})")[0]
+    assert seen.str.fullmatch(
+        r"\{'CUDA_VISIBLE_DEVICES': None, 'TT_VISIBLE_DEVICES': '[01]'\}").all(), seen.unique()
+    node_rows = [line for line in out.splitlines() if "TT_VISIBLE_DEVICES=" in line]
+    assert node_rows and sum(int(line.split()[1]) for line in node_rows) == 24  # per-node summary
+    assert not any("CUDA_VISIBLE_DEVICES" in line for line in node_rows)
+
+
+def test_a_removed_node_loses_nothing_and_records_nothing_twice(cluster, tmp_path):
+    """Two nodes with one fake card each; the first to return a chunk is removed while its
+    worker has more in flight; those chunks run again on the other node."""
+    nodes = [cluster.add_node(**node_args(resources={"FAKEDEV": 1})) for _ in range(2)]
+    cluster.wait_for_nodes()
+    n = 120
+    spec = spec_from_mapping(fault_spec(n, sleep_ms=20))
+    cfg = RunConfig(interactive=False, log_every=10**6)
+    removed: list[str] = []
+
+    def remove_first_reporting_node(result) -> None:
+        if removed:
+            return
+        for node in nodes:
+            if result.node.endswith(node.node_id[:8]):
+                removed.append(node.node_id[:8])
+                cluster.remove_node(node)
+
+    with Store(tmp_path / "rm.duckdb") as st:
+        vectors = prepare_run(spec, st, cfg)
+        dispatcher = RayDispatcher(ray, st, spec, vectors, cfg,
+                                   RayConfig(resource="FAKEDEV", chunk=8, start_timeout_s=120),
+                                   on_result=remove_first_reporting_node)
+        summary = dispatcher.run()
+        df = st.results()
+    assert removed, "no node was removed"
+    assert summary.retried_chunks >= 1  # the removed node had chunks in flight
+    assert len(df) == n and df["vector_id"].nunique() == n and (df["status"] == "ok").all()
+    assert summary.duplicate_rows == 0
+    survivor = next(nd.node_id[:8] for nd in nodes if nd.node_id[:8] not in removed)
+    assert any(name.endswith(survivor) for name in summary.nodes)
+
+
+def test_killed_driver_resumes_from_the_store(cluster, tmp_path):
+    n = 200  # 4 workers x 200 ms per vector (2 repeats of 100 ms): >= 10 s of work
+    spec = write_spec(tmp_path / "slow.yml", fault_spec(n, sleep_ms=100))
+    store = tmp_path / "s.duckdb"
+    args = ["run", str(spec), "--store", str(store), "--executor", "ray", "--address",
+            cluster.address, "--ray-resource", "GPU", "--chunk", "4", "--log-every", "8"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.Popen([sys.executable, "-m", "opatlas", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    done = 0
+    while done < 24 and time.monotonic() < deadline:
+        m = re.search(r"\| (\d+)/\d+=", proc.stderr.readline())
+        done = int(m.group(1)) if m else done
+    time.sleep(2.5)  # past one time-based flush (every 2 s)
+    assert proc.poll() is None, "the sweep ended before the driver could be killed"
+    proc.send_signal(signal.SIGKILL)  # the driver, mid-sweep, no clean-up
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with Store(store) as st:
+        recorded_before = st.count()
+    assert 0 < recorded_before < n
+    out = run_cli(*args, check=True, timeout=300).stdout
+    assert f"{recorded_before} already in the store" in out
+    with Store(store) as st:
+        df = st.results()
+    assert len(df) == n and df["vector_id"].nunique() == n
+    assert sorted(df["i"]) == list(range(n)) and (df["status"] == "ok").all()
+
+
+def test_without_ray_the_cli_says_how_to_install_it_and_exits_2(tmp_path, monkeypatch, capsys):
+    from opatlas.cli import main
+
+    spec = write_spec(tmp_path / "s.yml", fault_spec(3))
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(spec), "--store", str(tmp_path / "s.duckdb"), "--executor", "ray"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "pip install 'opatlas[ray]'" in err
+    with Store(tmp_path / "s.duckdb") as st:
+        assert st.count() == 0  # nothing half-done
+
+
+def test_chunk_plan_and_resources_by_backend():
+    from opatlas.run.ray_executor import actor_resources, device_resource, shipped_ops_modules
+
+    assert device_resource("cuda") == "GPU" and device_resource("ttnn") == "TTNPU"
+    assert device_resource("cpu") == "CPU" and device_resource("wormhole-sim") == "CPU"
+    assert device_resource("cuda", "FAKEDEV") == "FAKEDEV"
+    assert actor_resources("GPU", 2) == {"num_cpus": 0, "num_gpus": 2}
+    assert actor_resources("TTNPU", 1) == {"num_cpus": 0, "resources": {"TTNPU": 1}}
+    assert actor_resources("CPU", 3) == {"num_cpus": 3}
+    here = Path(__file__)
+    assert shipped_ops_modules([str(here), "my_pkg.ops"]) == (
+        [str(here.resolve())], [here.stem, "my_pkg.ops"])
+
+
+def test_an_address_nobody_answers_is_one_clear_error():
+    from opatlas.errors import OpatlasError
+    from opatlas.run.ray_executor import check_reachable
+
+    with pytest.raises(OpatlasError, match=r"--address 127\.0\.0\.1:1: nothing answers there"):
+        check_reachable("127.0.0.1:1")
+    check_reachable("auto")  # left to Ray
