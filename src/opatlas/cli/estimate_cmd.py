@@ -23,6 +23,9 @@ def estimate(
     top: int = typer.Option(10, "--top", min=1),
     analytical: bool = typer.Option(False, "--analytical",
                                     help="Roofline ops and alpha-beta collectives: no data."),
+    strict: bool = typer.Option(False, "--strict", help="Data mode: an op without measured "
+                                                        "data is an error, not a roofline "
+                                                        "fallback (ops.strict)."),
 ) -> None:
     """Estimate the time of one optimizer step, its breakdown, throughput, MFU and memory.
 
@@ -37,6 +40,8 @@ def estimate(
     from opatlas.estimate import estimate_step, load_config, search
 
     cfg = load_config(config)
+    if strict:
+        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
     if analytical:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
                                      "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})

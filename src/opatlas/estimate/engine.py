@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opatlas.devices import get_device
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured
 from opatlas.estimate.config import TrainConfig
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
-from opatlas.estimate.optimes import DataTimes, RooflineTimes
+from opatlas.estimate.optimes import RooflineTimes, op_times
 from opatlas.estimate.pipeline import Schedule, partition_layers
 
 GiB = 2**30
@@ -106,13 +105,8 @@ def _times(fn: Any, op: str, shapes: pd.DataFrame) -> tuple[np.ndarray, np.ndarr
 def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     """Estimates for configs that share the model, cluster, op source and dtype."""
     base = cfgs[0]
-    device = get_device(base.cluster.device)
     dtype = base.training.dtype
-    if base.ops.mode == "data":
-        fn: Any = DataTimes(device, base.cluster.device.replace(" ", ""), dtype, base.ops.data,
-                            base.ops.compute_efficiency, base.ops.memory_efficiency)
-    else:
-        fn = RooflineTimes(device, dtype, base.ops.compute_efficiency, base.ops.memory_efficiency)
+    device, fn = op_times(base.cluster.device, dtype, base.ops)  # data mode: any device name
     comm = _comm_model(base)
     layer_f, layer_b = np.zeros(len(cfgs)), np.zeros(len(cfgs))
     for op, extra, count in _layer_ops(base):
@@ -129,8 +123,7 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     head_f, head_b = sum(h[0] for h in head), sum(h[1] for h in head)
     devs = [_device_params(c) for c in cfgs]
     opt = _optimizer_times(fn, cfgs, devs)
-    notes = [f"op {x} has no measured data; roofline used" for x in
-             sorted(getattr(fn, "fallbacks", set()))]
+    notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
     return [_assemble(c, devs[i], device, comm, layer_f[i], layer_b[i], emb_f[i], emb_b[i],
                       head_f[i], head_b[i], float(opt[i]), notes)
             for i, c in enumerate(cfgs)]
@@ -152,12 +145,12 @@ def _measured(cluster_json: str) -> Measured:
     from pathlib import Path
 
     from opatlas.estimate.config import ClusterConfig
-    from opatlas.store.ett import bundled_dataset
+    from opatlas.store.ett import bundled_dataset, filed_device_name
 
     cluster = ClusterConfig.model_validate_json(cluster_json)
     folder = bundled_dataset() / "nccl" if cluster.nccl_data == "bundled" else \
         Path(str(cluster.nccl_data))
-    return Measured(cluster, folder, cluster.device.replace(" ", ""))
+    return Measured(cluster, folder, filed_device_name(folder, cluster.device))
 
 
 def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn: int) -> float:

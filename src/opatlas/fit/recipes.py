@@ -120,7 +120,18 @@ class OpModel:
             warnings.simplefilter("ignore")
             n_trees = _tree_count(X, target)
             self.model = lgb.LGBMRegressor(**GBM_PARAMS, n_estimators=n_trees).fit(X, target)
+        self._compiled()  # compiled once here, so it is saved with the model
         return self
+
+    def compiled_only(self) -> CompiledOpModel | None:
+        """This model without LightGBM: its compiled trees and what predicting needs, to be
+        cached beside it and loaded with numpy alone (None where the trees did not compile)."""
+        trees = self._compiled() if self.recipe != "ett" else None
+        if trees is None:
+            return None
+        return CompiledOpModel(self.recipe, self.op, self.pass_, self.device, self.dtype,
+                               list(self.features), None, getattr(self, "overhead", None),
+                               trees)
 
     def _compiled(self) -> CompiledTrees | None:
         if not hasattr(self, "_trees"):  # built on first use; models unpickled lack it too
@@ -137,11 +148,13 @@ class OpModel:
         # the trees once per distinct feature vector
         features = X[self.features]
         first, codes = distinct_rows(features)
-        raw = predict_raw(self.model.booster_, self._compiled(),
-                          features.iloc[first].to_numpy(np.float64))[codes]
+        raw = self._raw(features.iloc[first].to_numpy(np.float64))[codes]
         if self.recipe == "hybrid":
             return self._base_us(X) * np.exp(raw)
         return np.exp(raw)
+
+    def _raw(self, F: np.ndarray) -> np.ndarray:
+        return predict_raw(self.model.booster_, self._compiled(), F)
 
     def _base_us(self, X: pd.DataFrame) -> np.ndarray:
         """What the hybrid trees correct: the roofline, or the overhead-aware line."""
@@ -150,6 +163,20 @@ class OpModel:
         if coef is None:
             return roof
         return coef[0] + coef[1] * X[LAUNCHES].to_numpy() + coef[2] * roof
+
+
+@dataclass
+class CompiledOpModel(OpModel):
+    """An :class:`OpModel` reduced to its compiled trees: predicts with numpy (Numba for large
+    batches), so loading it imports neither LightGBM nor scikit-learn."""
+
+    trees: CompiledTrees | None = None
+
+    def fit(self, shapes: pd.DataFrame, y_us: np.ndarray) -> OpModel:
+        raise TypeError("a compiled model is fitted as an OpModel, then compiled")
+
+    def _raw(self, F: np.ndarray) -> np.ndarray:
+        return self.trees.predict_any(F)
 
 
 LAUNCHES = "f_tensors"

@@ -29,6 +29,23 @@ def parse_sample_name(path: Path) -> dict[str, str] | None:
     return m.groupdict() if m else None
 
 
+def filed_device_name(folder: str | Path, device: str) -> str:
+    """The name a folder of sampling CSVs files ``device`` under (any alias of the same catalog
+    device matches, e.g. A100 -> NVIDIAA100-SXM4-80GB); warns when it holds none."""
+    import warnings
+
+    from opatlas.devices import same_device
+
+    folder = Path(folder)
+    names = sorted({m["gpu"] for f in folder.glob("*.csv") if (m := parse_sample_name(f))})
+    for name in names:
+        if same_device(name, device):
+            return name
+    warnings.warn(f"no measured collectives for device {device!r} in {folder} (it holds "
+                  f"{', '.join(names) or 'none'}): the alpha-beta model is used", stacklevel=2)
+    return str(device).replace(" ", "")
+
+
 def _counts(op: str, params: dict) -> tuple[dict, dict]:
     from opatlas.ops.registry import resolved_params
 
