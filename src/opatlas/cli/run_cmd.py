@@ -8,8 +8,6 @@ import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, StoreOpt, WhereOpt, load
 from opatlas.errors import OpatlasError
-from opatlas.run import RunConfig, run_spec
-from opatlas.store import Store
 
 
 def run(
@@ -47,6 +45,8 @@ def run(
 
         opatlas run linear.yml --backend cuda --backend-opt timing=profiler
     """
+    from opatlas.run import RunConfig, run_spec
+    from opatlas.store import Store
     s = load(spec, ops_module)
     options = {}
     for item in backend_opt or []:
