@@ -20,7 +20,7 @@ from opatlas.estimate import estimate_step, load_config
 from opatlas.estimate.optimes import RooflineFallbackWarning
 from opatlas.fit.data import UnknownDeviceWarning, data_device, load_op_data, op_counts
 from opatlas.predict import Predictor
-from opatlas.store.ett import bundled_dataset, filed_device_name
+from opatlas.samples import bundled_dataset, filed_device_name
 
 A100 = "NVIDIAA100-SXM4-80GB"
 MODEL = {"name": "t", "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048}

@@ -52,7 +52,7 @@ def test_range_with_step_zero_says_what_is_wrong():
     assert str(err.value) == ("In file s.yml, key 'params.dim', value {'start': 512, 'step': 0, "
                               "'end': 2048}: step must be > 0 for mode add, got 0")
     spec["params"]["dim"] = {"start": 512, "step": 1, "end": 2048, "mode": "mul"}
-    with pytest.raises(SpecError, match="step must be > 1 for mode mul, got 1$"):
+    with pytest.raises(SpecError, match=r"step must be > 1 for mode mul, got 1$"):
         spec_from_mapping(spec)
     spec["params"]["dim"] = {"start": 512, "end": 2048}
     with pytest.raises(SpecError, match="a range needs start, step and end; 'step' is missing"):

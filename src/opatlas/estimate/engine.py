@@ -145,7 +145,7 @@ def _measured(cluster_json: str) -> Measured:
     from pathlib import Path
 
     from opatlas.estimate.config import ClusterConfig
-    from opatlas.store.ett import bundled_dataset, filed_device_name
+    from opatlas.samples import bundled_dataset, filed_device_name
 
     cluster = ClusterConfig.model_validate_json(cluster_json)
     folder = bundled_dataset() / "nccl" if cluster.nccl_data == "bundled" else \

@@ -20,7 +20,7 @@ INDEX_REVISION = "1"
 
 def _source_path(source: str | Path) -> Path:
     if str(source) == "bundled":
-        from opatlas.store.ett import bundled_dataset
+        from opatlas.samples import bundled_dataset
 
         return bundled_dataset() / "operator"
     return Path(source)

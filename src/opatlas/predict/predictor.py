@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opatlas.devices import Device, device_key
+from opatlas.devices import Device, device_key, find_device
 from opatlas.errors import OpatlasError
 from opatlas.fit.data import data_device, device_keys, shapes_of
 from opatlas.fit.distinct import distinct_rows
@@ -84,8 +84,8 @@ class Predictor:
     def device_entry(self, device: str, dtype: str) -> Device:
         """The catalog entry, or for an unknown device the roofline its own data attains."""
         key = (device_key(device), dtype)
-        if key not in self._devices:
-            self._devices[key] = data_device(self.data, device, dtype)
+        if key not in self._devices:  # the data is loaded only for a device the catalog lacks
+            self._devices[key] = find_device(device) or data_device(self.data, device, dtype)
         return self._devices[key]
 
     def ops(self) -> list[str]:

@@ -9,41 +9,20 @@ row (mean = median = the upstream value, repeats 10: upstream's trimmed mean of 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from opatlas.errors import StoreError
+from opatlas.samples import bundled_dataset, filed_device_name, parse_sample_name
 from opatlas.store.db import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
 
 PRECISIONS = ("fp16", "bf16", "fp32")
 PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur": "step"}
-_NAME = re.compile(r"^(?P<gpu>[^_]+)_(?P<op>.+)_(?P<prec>fp16|bf16|fp32)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?$")
 IMPORT_BACKEND = "ett-import"
-
-
-def parse_sample_name(path: Path) -> dict[str, str] | None:
-    m = _NAME.match(path.stem)
-    return m.groupdict() if m else None
-
-
-def filed_device_name(folder: str | Path, device: str) -> str:
-    """The name a folder of sampling CSVs files ``device`` under (any alias of the same catalog
-    device matches, e.g. A100 -> NVIDIAA100-SXM4-80GB); warns when it holds none."""
-    import warnings
-
-    from opatlas.devices import same_device
-
-    folder = Path(folder)
-    names = sorted({m["gpu"] for f in folder.glob("*.csv") if (m := parse_sample_name(f))})
-    for name in names:
-        if same_device(name, device):
-            return name
-    warnings.warn(f"no measured collectives for device {device!r} in {folder} (it holds "
-                  f"{', '.join(names) or 'none'}): the alpha-beta model is used", stacklevel=2)
-    return str(device).replace(" ", "")
+__all__ = ["bundled_dataset", "export_ett", "filed_device_name", "import_ett_samples",
+           "parse_sample_name", "read_sample_file"]
 
 
 def _counts(op: str, params: dict) -> tuple[dict, dict]:
@@ -135,12 +114,3 @@ def _num(v: object) -> object:
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v.item() if hasattr(v, "item") else v
-
-
-def bundled_dataset(name: str = "ett-a100") -> Path:
-    from importlib import resources
-
-    path = Path(str(resources.files("opatlas") / "data" / name))
-    if not path.is_dir():
-        raise StoreError(f"no bundled dataset {name!r}")
-    return path
