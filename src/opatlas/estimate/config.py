@@ -183,6 +183,9 @@ def load_config(path: str | Path) -> TrainConfig:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
+        raise SpecError(f"cannot read the config: {exc.strerror if isinstance(exc, OSError) else exc}",
+                        file=str(path)) from None
     if not isinstance(data, dict):
         raise SpecError("a config must be a YAML mapping", file=str(path))
     if "training_config" in data:
