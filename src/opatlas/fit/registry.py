@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections.abc import Callable
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+@cache
 def _opatlas_version() -> str:
     try:
         return version("opatlas")
