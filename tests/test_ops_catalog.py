@@ -33,9 +33,18 @@ def test_counts_by_hand():
     assert op.flops(p) == {"fwd": 5 * 4 * 256, "bwd": 3 * 4 * 256}
     op, p = _p("adam_step", n_params=1000)
     assert op.flops(p) == {"step": 12000} and op.min_bytes(p) == {"step": 28000}
+    # upstream's stage simulator: QKV with bias, out/up/down without, two norms (w + b)
+    layer = (3 * 64 * 64 + 3 * 64 + 64 * 64 + 2 * 64 * 256) // 2 + 4 * 64
     op, p = _p("firstStage_optimizer", mp=2, dim=64, encoders=2, vocab=1000)
-    layer = (4 * 64 * 64 + 4 * 64 + 2 * 64 * 256 + 256 + 64) // 2 + 4 * 64
-    assert op.features(p)["params"] == 2 * layer + 512 * 64
+    assert op.features(p)["params"] == 2 * layer + 512 * 64  # vocab padded to 1024, /mp
+    assert op.features(p)["tensors"] == 2 * 9 + 1
+    op, p = _p("lastStage_optimizer", mp=2, dim=64, encoders=2, vocab=1000)
+    assert op.features(p)["params"] == 2 * layer + 256 * 64 + 2 * 64  # head shard /mp twice
+    assert op.features(p)["tensors"] == 2 * 9 + 3
+    op, p = _p("adam_step", mp=2, dim=64, encoders=2, vocab=1000, stage="last")  # ours: flat
+    ours = (4 * 64 * 64 + 4 * 64 + 2 * 64 * 256 + 256 + 64) // 2 + 4 * 64
+    assert op.features(p)["params"] == 2 * ours + 512 * 64 + 2 * 64
+    assert op.features(p)["tensors"] == 1
     op, p = _p("moe", b=1, l=8, dim=16, experts=4, top_k=2, ffn=32, mp=1)
     assert op.flops(p)["fwd"] == 2 * 8 * 16 * 4 + 2 * 2 * 8 * 2 * 16 * 32
     op, p = _p("flash_attention", b=1, h=8, kv_heads=2, l=16, dim=64, dtype="bf16")

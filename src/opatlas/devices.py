@@ -45,10 +45,20 @@ DEVICES = {d.name: d for d in (
                               "fp32": 66.9 * T, "fp8": 1978.9 * T}, 4.8e12, 50 * MiB, 141e9,
            132, "NVIDIA H200 datasheet (H100 compute; HBM3e 4.8 TB/s, 141 GB)",
            ("NVIDIAH200", "H200")),
+    # GH200 reports its name with the Grace memory: 480 GB (LPDDR5X) on most systems, 120 GB
+    # on TACC Vista (96 GB HBM3 + 120 GB LPDDR5X per superchip, Vista user guide)
     Device("GH200-96GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
-                          "fp32": 66.9 * T, "fp8": 1978.9 * T}, 4.0e12, 50 * MiB, 96 * GiB, 132,
-           "NVIDIA GH200 Grace Hopper datasheet (H100 compute; 96 GB HBM3 at 4 TB/s)",
-           ("NVIDIAGH200480GB", "GH200")),
+                          "fp32": 66.9 * T, "fp8": 1978.9 * T, "fp64": 66.9 * T}, 4.0e12,
+           50 * MiB, 96 * GiB, 132,
+           "NVIDIA GH200 Grace Hopper Superchip datasheet (H100 compute, dense; 96 GB HBM3 at "
+           "4 TB/s); TACC Vista user guide (96 GB HBM3 + 120 GB LPDDR5X)",
+           ("NVIDIAGH200480GB", "NVIDIAGH200120GB", "GH200", "GH200-HBM3")),
+    Device("GH200-144GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
+                           "fp32": 66.9 * T, "fp8": 1978.9 * T, "fp64": 66.9 * T}, 4.9e12,
+           50 * MiB, 144e9, 132,
+           "NVIDIA GH200 Grace Hopper Superchip datasheet, HBM3e version (H100 compute, dense; "
+           "144 GB HBM3e at 4.9 TB/s)",
+           ("NVIDIAGH200144GHBM3e", "NVIDIAGH200144GBHBM3e", "GH200-HBM3e")),
     Device("B200-SXM-180GB", {"fp16": 2250 * T, "bf16": 2250 * T, "tf32": 1100 * T,
                               "fp8": 4500 * T}, 8.0e12, 126 * MiB, 180e9, 148,
            "NVIDIA HGX B200 / DGX B200 datasheets, per GPU (dense = half the 'with sparsity' "
@@ -71,18 +81,38 @@ DEVICES = {d.name: d for d in (
 )}
 
 
-def get_device(name: str) -> Device:
-    key = name.replace(" ", "")
+def find_device(name: str) -> Device | None:
+    """The catalog entry whose name or an alias is ``name`` (spaces and case ignored)."""
+    key = str(name).replace(" ", "").lower()
     for d in DEVICES.values():
-        if key in (d.name, *d.aliases):
+        if key in (n.lower() for n in (d.name, *d.aliases)):
             return d
-    raise OpatlasError(f"unknown device {name!r}; known: {', '.join(DEVICES)}")
+    return None
+
+
+def get_device(name: str) -> Device:
+    d = find_device(name)
+    if d is None:
+        raise OpatlasError(f"unknown device {name!r}; known: {', '.join(DEVICES)}")
+    return d
+
+
+def device_key(name: str) -> str:
+    """One key per device however it is named: the catalog name for any of its aliases, else
+    the name without spaces. Data recorded under any alias is found under this key."""
+    d = find_device(name)
+    return d.name if d is not None else str(name).replace(" ", "")
+
+
+def same_device(a: str, b: str) -> bool:
+    return device_key(a) == device_key(b)
 
 
 def empirical_device(name: str, flops: Any, nbytes: Any, seconds: Any,
                      dtype: str) -> Device:
     """A device not in the catalog, described by what its measurements achieved: the best
-    FLOP/s and the best bytes/s seen (a roofline that the data itself attains)."""
+    FLOP/s and the best bytes/s seen (a roofline that the data itself attains). Its memory
+    capacity is unknown (infinite: memory verdicts are not checked against it)."""
     import numpy as np
 
     ok = np.isfinite(flops) & np.isfinite(nbytes) & (seconds > 0)
@@ -91,5 +121,5 @@ def empirical_device(name: str, flops: Any, nbytes: Any, seconds: Any,
                            f"byte counts to derive a roofline from")
     peak = float(np.max(flops[ok] / seconds[ok]))
     bw = float(np.max(nbytes[ok] / seconds[ok]))
-    return Device(name, {dtype: max(peak, 1.0)}, max(bw, 1.0), 0.0, 0.0, 1,
+    return Device(name, {dtype: max(peak, 1.0)}, max(bw, 1.0), 0.0, float("inf"), 1,
                   "empirical: best achieved FLOP/s and bytes/s in the measurements")

@@ -51,8 +51,16 @@ def _register() -> None:
 _register()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    typer.echo(f"opatlas: warning: {message}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: opatlas errors become one paragraph on stderr and exit code 2."""
+    """Entry point: opatlas errors become one paragraph on stderr and exit code 2; warnings
+    (fallbacks, unknown devices) one line each."""
+    import warnings
+
+    warnings.showwarning = _show_warning
     try:
         app(args=argv)  # typer prints usage errors itself and exits 2
     except OpatlasError as exc:

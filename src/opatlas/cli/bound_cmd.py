@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from opatlas.bounds import Einsum, Frontier, conv, from_index_string, frontier, gbmm, gemm
-from opatlas.bounds.einsum import parse_problem
 from opatlas.errors import OpatlasError
+
+if TYPE_CHECKING:
+    from opatlas.bounds import Einsum, Frontier
 
 app = typer.Typer(help="Orojenesis data-movement bounds: minimum backing-store traffic for "
                        "every on-chip buffer size.", no_args_is_help=True)
@@ -28,6 +30,7 @@ ImperfectOpt = typer.Option(False, "--imperfect",
 
 def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
           plot: Path | None, at: float | None, imperfect: bool) -> None:
+    from opatlas.bounds import frontier
     f = frontier(e, imperfect=imperfect)
     if csv is not None:
         df = f.to_frame()
@@ -86,6 +89,7 @@ def gemm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., m
 
         opatlas bound gemm 4096 4096 4096 --at 1048576
     """
+    from opatlas.bounds import gemm
     _emit(gemm(M, K, N, word_bytes), as_json, csv, artifact_csv, plot, at, imperfect)
 
 
@@ -103,6 +107,7 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., m
 
         opatlas bound gbmm 4096 128 4096 --heads 32 --groups 4
     """
+    from opatlas.bounds import gbmm
     _emit(gbmm(M, K, N, heads, groups, word_bytes), as_json, csv, artifact_csv, plot, at,
           imperfect)
 
@@ -128,6 +133,8 @@ def conv_cmd(name: str | None = typer.Argument(None, help="Artifact name R_S_P_Q
 
         opatlas bound conv --r 3 --s 3 --p 16 --q 16 --c 64 --k 64 --wstride 2 --hstride 2
     """
+    from opatlas.bounds import conv
+    from opatlas.bounds.einsum import parse_problem
     try:
         e = parse_problem(name, word_bytes) if name else conv(
             r, s, p, q, c, k, n, wstride, hstride, wdilation, hdilation, word_bytes)
@@ -148,6 +155,7 @@ def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->
 
         opatlas bound einsum "bmk,bkn->bmn" --dims b=8,m=512,k=64,n=512
     """
+    from opatlas.bounds import from_index_string
     sizes: dict[str, int] = {}
     try:
         for chunk in ",".join(dims).split(","):
@@ -214,6 +222,9 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
 def _accel_problem(problem: str, dims: list[int]) -> Einsum:
     """``gemm M K N``, ``bmm B M K N``, ``gbmm M K N [H [G]]``, ``conv R S P Q C K N ...``,
     or (no dims) any artifact name ``parse_problem`` reads."""
+    from opatlas.bounds import conv, gbmm, gemm
+    from opatlas.bounds.einsum import parse_problem
+
     makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (gbmm, 3, 5),
               "conv": (conv, 1, 11)}
     kind = problem.strip().lower()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from opatlas.ops import load_ops_module
-from opatlas.spec import SweepSpec, resolve_spec
+if TYPE_CHECKING:
+    from opatlas.spec import SweepSpec
+
 
 OpsModuleOpt = typer.Option(
     None, "--ops-module", help="Import your own ops from this .py file or module first.")
@@ -20,6 +22,8 @@ StoreOpt = typer.Option(Path("opatlas.duckdb"), "--store", help="Results store (
 
 
 def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:
+    from opatlas.ops import load_ops_module
+    from opatlas.spec import resolve_spec
     for m in ops_modules or []:
         load_ops_module(m)
     return resolve_spec(spec)

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-from opatlas.demo import run_demo
-
 
 def demo(
     out: Path = typer.Option(Path("opatlas-demo"), "--out", help="Folder for the store and report."),
@@ -19,4 +17,5 @@ def demo(
 
         opatlas demo --out /tmp/demo
     """
+    from opatlas.demo import run_demo
     run_demo(out, repeats=repeats)

@@ -33,6 +33,9 @@ def estimate(
     tokens: str | None = er.TokensOpt,
     steps: int | None = er.StepsOpt,
     gpu_hour_price: float | None = er.PriceOpt,
+    strict: bool = typer.Option(False, "--strict", help="Data mode: an op without measured "
+                                                        "data is an error, not a roofline "
+                                                        "fallback (ops.strict)."),
 ) -> None:
     """Estimate the time of one optimizer step, its breakdown, throughput, MFU and memory.
 
@@ -50,7 +53,10 @@ def estimate(
     """
     from opatlas.estimate import estimate_step, search
 
-    cfg, input_steps = er.load(config, megatron_args, gpus, gpus_per_node, sets, do_search)
+    cfg, input_steps = er.load(config, megatron_args, gpus, gpus_per_node, sets, do_search,
+                               strict)
+    if strict:
+        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
     if analytical:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
                                      "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})

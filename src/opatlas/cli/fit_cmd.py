@@ -155,21 +155,23 @@ def predict(
 
         opatlas predict linear1 --shape mp=2 --shape b=4 --shape l=4096 --shape dim=4096
     """
-    from opatlas.predict import Predictor
+    import pandas as pd
 
-    params: dict = {}
-    for item in shape:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise OpatlasError(f"--shape {item!r}: expected key=value")
-        params[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+    from opatlas.predict import Predictor, check_valid, parse_shape
+
+    params = parse_shape(op, shape)
     pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data)
+    pred.check_device()
     out = {}
     for pass_ in ("fwd", "bwd", "step"):
         try:
-            out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
+            name, table = pred.resolve_op(op, pd.DataFrame([params]))
+            pred.model(name, pass_)
         except OpatlasError:
-            continue
+            continue  # no data for this pass
+        pred.check_shape(name, list(table.columns), pass_, unknown_ok=False)
+        check_valid(name, table.iloc[0].to_dict())
+        out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
     if not out:
         raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
                            f"{', '.join(pred.ops())}")

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
-from opatlas.store import Store
 
 import_app = typer.Typer(help="Read results made elsewhere into the store.", no_args_is_help=True)
 FORMATS = ("table", "csv", "json", "parquet", "ett")
@@ -38,6 +37,7 @@ def results(
 
         opatlas results --format ett --out sampling_data/
     """
+    from opatlas.store import Store
     if fmt not in FORMATS:
         raise OpatlasError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt in ("parquet", "ett") and out is None:
@@ -95,6 +95,7 @@ def import_results(
     store: Path = StoreOpt,
 ) -> None:
     """Add results exported from another store (e.g. one per SLURM part) to this store."""
+    from opatlas.store import Store
     with Store(store) as st:
         n = st.import_results(path)
     typer.echo(f"added {n} rows to {store}")
@@ -114,6 +115,7 @@ def import_ett(
 
         opatlas import ett-samples bundled --store a100.duckdb
     """
+    from opatlas.store import Store
     from opatlas.store.ett import bundled_dataset, import_ett_samples
 
     path = bundled_dataset() if directory == "bundled" else Path(directory)
@@ -135,6 +137,7 @@ def import_tt_sweep(
 
         opatlas import tt-sweep --vectors vectors_export --results results_export_batch
     """
+    from opatlas.store import Store
     from opatlas.tenstorrent.ttjson import import_tt
 
     with Store(store) as st:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, StoreOpt, WhereOpt, load
 from opatlas.errors import OpatlasError
-from opatlas.run import RunConfig, RunSummary, run_spec
-from opatlas.store import Store
+
+if TYPE_CHECKING:
+    from opatlas.run import RunSummary
 
 
 def run(
@@ -61,6 +63,8 @@ def run(
 
         opatlas run llm-linear --backend cuda --executor ray --address auto --chunk 16
     """
+    from opatlas.run import RunConfig, run_spec
+    from opatlas.store import Store
     s = load(spec, ops_module)
     options = {}
     for item in backend_opt or []:

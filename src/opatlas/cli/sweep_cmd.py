@@ -11,7 +11,6 @@ from rich.table import Table
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, WhereOpt, load
 from opatlas.errors import OpatlasError
-from opatlas.sweep import expand
 
 app = typer.Typer(help="Expand sweep specs into op vectors.", no_args_is_help=True)
 
@@ -38,6 +37,7 @@ def expand_cmd(
 
         opatlas sweep expand linear.yml --where "dim >= 4096" --out vectors.parquet
     """
+    from opatlas.sweep import expand
     s = load(spec, ops_module)
     result = expand(s, parts=parts, part=part, where=where, materialize=out is not None)
     if out is not None:
@@ -77,6 +77,7 @@ def export_tt_cmd(
 
         opatlas sweep export-tt reshard vectors_export --where "input_core_grid == '2x2'"
     """
+    from opatlas.sweep import expand
     from opatlas.tenstorrent.ttjson import export_tt
 
     s = load(spec, None)

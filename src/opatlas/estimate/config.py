@@ -99,6 +99,8 @@ class OpsConfig(_Strict):
     data: str = "bundled"
     compute_efficiency: float = Field(default=0.7, gt=0, le=1)
     memory_efficiency: float = Field(default=0.8, gt=0, le=1)
+    strict: bool = Field(default=False, description="data mode: an op without measured data is "
+                                                    "an error instead of a roofline fallback")
 
 
 class TrainConfig(_Strict):
@@ -141,7 +143,17 @@ class TrainConfig(_Strict):
         return self.training.global_batch // (self.parallel.dp * self.training.micro_batch)
 
 
-def from_ett(data: dict[str, Any]) -> dict[str, Any]:
+def _ett_folder(value: Any, config_dir: Path | None) -> str:
+    """An upstream data folder, absolute or relative to the config as upstream resolves it;
+    'bundled' (the A100 samples, which upstream's Perlmutter folders are) when neither exists.
+    A device the bundled data lacks is then an error that names what it holds."""
+    for c in (Path(str(value)), *([config_dir / str(value)] if config_dir else [])):
+        if value and c.is_dir():
+            return str(c.resolve())
+    return "bundled"
+
+
+def from_ett(data: dict[str, Any], config_dir: Path | None = None) -> dict[str, Any]:
     """estimate-train-time's example config -> our mapping, keeping upstream's model
     assumptions (GELU FFN of 4·dim, vocab 50,257, MHA, fp16, full recompute, ZeRO-1, AFAB,
     no DP overlap) so the comparison with its published numbers is like for like. A layer
@@ -160,8 +172,10 @@ def from_ett(data: dict[str, Any]) -> dict[str, Any]:
         "parallel": {"dp": dp, "tp": mp, "pp": pp, "schedule": "gpipe", "zero": 1,
                      "recompute": "full", "dp_overlap": False,
                      "bucket_mb": data.get("comm_bucket", 1.26e9) * 2 / 2**20},
-        "cluster": {"device": device, "gpus_per_node": gpn, "nccl_data": "bundled"},
-        "ops": {"mode": "data", "data": "bundled"},
+        "cluster": {"device": device, "gpus_per_node": gpn,
+                    "nccl_data": _ett_folder(data.get("nccl_data_folder"), config_dir)},
+        "ops": {"mode": "data",
+                "data": _ett_folder(data.get("operator_data_folder"), config_dir)},
         "source": "ett",
     }
 
@@ -194,11 +208,14 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
+        raise SpecError(f"cannot read the config: {exc.strerror if isinstance(exc, OSError) else exc}",
+                        file=str(path)) from None
     if not isinstance(data, dict):
         raise SpecError("a config must be a YAML mapping", file=str(path))
     if "training_config" in data:
         try:
-            data = from_ett({**data, "name": path.stem})
+            data = from_ett({**data, "name": path.stem}, path.parent)
         except (KeyError, ValueError, TypeError) as exc:
             raise SpecError(f"not a valid estimate-train-time config: {exc}", file=str(path),
                             key="training_config") from None

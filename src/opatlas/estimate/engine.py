@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from opatlas.devices import get_device
+from opatlas.errors import OpatlasError
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured
 from opatlas.estimate.config import ModelConfig, TrainConfig
 from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
-from opatlas.estimate.optimes import DataTimes, RooflineTimes
+from opatlas.estimate.optimes import RooflineFallbackWarning, RooflineTimes, op_times
 from opatlas.estimate.pipeline import Schedule, partition_layers
 
 GiB = 2**30
@@ -175,25 +176,29 @@ def _dropout_times(fn: Any, shapes: pd.DataFrame) -> np.ndarray:
     return (elems * (2 * width + 1) / (fn.device.bandwidth * fn.me)).to_numpy(float)
 
 
+def _dropout_note(strict: bool) -> str:
+    """No op data has the attention dropout: said on stderr like any roofline fallback."""
+    note = (f"{DROPOUT}: no op data has it; timed as its memory traffic at the device's "
+            f"bandwidth × ops.memory_efficiency")
+    if strict:
+        raise OpatlasError(f"ops.mode data, strict: {note}; set model.attention_dropout: 0 or "
+                           f"drop --strict (ops.strict)")
+    warnings.warn(f"{note} (--strict makes this an error)", RooflineFallbackWarning, stacklevel=3)
+    return note
+
+
 def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     """Estimates for configs that share the model, cluster, op source and dtype."""
     base = cfgs[0]
-    device = get_device(base.cluster.device)
     dtype = base.training.dtype
-    if base.ops.mode == "data":
-        fn: Any = DataTimes(device, base.cluster.device.replace(" ", ""), dtype, base.ops.data,
-                            base.ops.compute_efficiency, base.ops.memory_efficiency)
-    else:
-        fn = RooflineTimes(device, dtype, base.ops.compute_efficiency, base.ops.memory_efficiency)
+    device, fn = op_times(base.cluster.device, dtype, base.ops)  # data mode: any device name
     comm = _comm_model(base)
     terms = _op_terms(fn, cfgs)
     devs = [_device_params(c) for c in cfgs]
     opt = _optimizer_times(fn, cfgs, devs)
-    notes = [f"op {x} has no measured data; roofline used" for x in
-             sorted(getattr(fn, "fallbacks", set()))]
+    notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
     if base.ops.mode == "data" and any(t.op == DROPOUT for t in terms[0]):
-        notes.append(f"{DROPOUT}: no op data has it; timed as its memory traffic at the "
-                     f"device's bandwidth × ops.memory_efficiency")
+        notes.append(_dropout_note(base.ops.strict))
     return [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes)
             for i, c in enumerate(cfgs)]
 
@@ -214,12 +219,12 @@ def _measured(cluster_json: str) -> Measured:
     from pathlib import Path
 
     from opatlas.estimate.config import ClusterConfig
-    from opatlas.store.ett import bundled_dataset
+    from opatlas.samples import bundled_dataset, filed_device_name
 
     cluster = ClusterConfig.model_validate_json(cluster_json)
     folder = bundled_dataset() / "nccl" if cluster.nccl_data == "bundled" else \
         Path(str(cluster.nccl_data))
-    return Measured(cluster, folder, cluster.device.replace(" ", ""))
+    return Measured(cluster, folder, filed_device_name(folder, cluster.device))
 
 
 def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn: int) -> float:

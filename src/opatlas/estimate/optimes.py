@@ -1,14 +1,25 @@
 """Op times for the estimator: fitted models of measured data where the data has the op,
-the roofline (with efficiency factors) elsewhere, or the roofline only (analytical mode)."""
+the roofline (with efficiency factors) elsewhere, or the roofline only (analytical mode).
+
+Data mode never degrades silently: data with nothing for the device (under any of its names)
+and dtype is an error naming what the data holds; ops without data fall back to the roofline
+with a warning naming them (and a note in the estimate), or an error under ``ops.strict``."""
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from opatlas.devices import Device
+from opatlas.devices import Device, find_device
 from opatlas.errors import OpatlasError
 from opatlas.ops.batch import batch_counts
+
+
+class RooflineFallbackWarning(UserWarning):
+    """Data mode: some ops have no measured data and use the roofline."""
 
 
 class RooflineTimes:
@@ -23,16 +34,21 @@ class RooflineTimes:
         return np.maximum(flops / (self.device.peak(self.dtype) * self.ce),
                           nbytes / (self.device.bandwidth * self.me))
 
+    def fallback_notes(self) -> list[str]:
+        return []
+
 
 class DataTimes(RooflineTimes):
     """The Predictor's models for ops the data has; the roofline for the others."""
 
     def __init__(self, device: Device, device_name: str, dtype: str, data: str,
-                 compute_eff: float, memory_eff: float) -> None:
+                 compute_eff: float, memory_eff: float, strict: bool = False) -> None:
         super().__init__(device, dtype, compute_eff, memory_eff)
         from opatlas.predict import Predictor
 
         self.predictor = Predictor.shared(device=device_name, dtype=dtype, data=data)
+        self.predictor.check_device()
+        self.strict = strict
         self.fallbacks: set[str] = set()
 
     def __call__(self, op: str, shapes: pd.DataFrame, pass_: str) -> np.ndarray:
@@ -41,3 +57,39 @@ class DataTimes(RooflineTimes):
         except OpatlasError:
             self.fallbacks.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
+
+    def fallback_notes(self) -> list[str]:
+        """One note per op without data; said on stderr once, or an error when strict."""
+        if not self.fallbacks:
+            return []
+        missing = ", ".join(sorted(self.fallbacks))
+        where = f"{self.predictor.device} {self.dtype} in {self.predictor.data_source}"
+        if self.strict:
+            raise OpatlasError(f"ops.mode data, strict: no measured data for {missing} on "
+                               f"{where}; measure them, or drop --strict (ops.strict) to use "
+                               f"the roofline for them")
+        warnings.warn(f"no measured data for {missing} on {where}: the roofline is used for "
+                      f"them (--strict makes this an error)", RooflineFallbackWarning,
+                      stacklevel=2)
+        return [f"op {x} has no measured data; roofline used" for x in sorted(self.fallbacks)]
+
+
+def op_times(cluster_device: str, dtype: str, ops: Any) -> tuple[Device, RooflineTimes]:
+    """(the device, the op-time source) of a config's ``cluster.device`` and ``ops`` section.
+    A device outside the catalog works in data mode: its own data describes it."""
+    name = cluster_device.replace(" ", "")
+    if ops.mode != "data":
+        device = find_device(name)
+        if device is None:
+            from opatlas.devices import get_device
+
+            get_device(name)  # the unknown-device error, naming the catalog
+        return device, RooflineTimes(device, dtype, ops.compute_efficiency,
+                                     ops.memory_efficiency)
+    from opatlas.predict import Predictor
+
+    pred = Predictor.shared(device=name, dtype=dtype, data=ops.data)
+    pred.check_device()
+    device = pred.device_entry(name, dtype)
+    return device, DataTimes(device, name, dtype, ops.data, ops.compute_efficiency,
+                             ops.memory_efficiency, strict=getattr(ops, "strict", False))

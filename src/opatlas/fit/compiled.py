@@ -28,6 +28,7 @@ import platformdirs
 
 BLOCK = 128  # rows evaluated together (fastest of 32-256 here): their masks stay in L2
 MAX_LEAVES = 64
+ROW_BLOCK = 64  # rows per numpy pass: a (rows, nodes) mask table stays a few MB
 # min rows for the compiled path: below it LightGBM's latency is lower than a block sweep
 MIN_ROWS = 2048
 # objectives whose prediction is the raw score itself
@@ -87,6 +88,40 @@ class CompiledTrees:
         return cls(np.asarray(feature, np.int64)[order], np.asarray(threshold, float)[order],
                    np.asarray(tree, np.int64)[order], np.asarray(kept, np.uint64)[order],
                    np.asarray(leaves, float), np.asarray(base, np.int64))
+
+    def predict_small(self, X: np.ndarray) -> np.ndarray:
+        """Raw scores with numpy alone (no Numba, no LightGBM): the same QuickScorer masks,
+        ANDed per tree with ``reduceat``, ``ROW_BLOCK`` rows at a time. For the few distinct
+        rows an estimate asks; NaN reads as 0, as LightGBM does for splits without
+        missing-value handling (the only splits compiled)."""
+        X = np.nan_to_num(np.asarray(X, dtype=np.float64), nan=0.0)
+        order = np.argsort(self.tree, kind="stable")  # nodes grouped by tree
+        tree_of, feature = self.tree[order], self.feature[order]
+        threshold, keep = self.threshold[order], self.keep_mask[order]
+        starts = np.flatnonzero(np.r_[True, tree_of[1:] != tree_of[:-1]]) if len(order) else \
+            np.zeros(0, np.int64)
+        n_trees = len(self.leaf_base)
+        out = np.zeros(len(X))
+        all_ones = np.uint64(2**64 - 1)
+        for lo in range(0, len(X), ROW_BLOCK):
+            xs = X[lo:lo + ROW_BLOCK]
+            alive = np.full((len(xs), n_trees), all_ones)
+            if len(order):
+                masks = np.where(xs[:, feature] > threshold, keep, all_ones)
+                alive[:, tree_of[starts]] = np.bitwise_and.reduceat(masks, starts, axis=1)
+            lowest = alive & (~alive + np.uint64(1))
+            leaf = _DEBRUIJN[(lowest * np.uint64(_DEBRUIJN_MUL)) >> np.uint64(58)]
+            out[lo:lo + ROW_BLOCK] = self.leaf_value[self.leaf_base + leaf].sum(axis=1)
+        return out
+
+    def predict_any(self, X: np.ndarray) -> np.ndarray:
+        """Raw scores: numpy for small batches, the Numba kernel for large ones."""
+        if len(X) < MIN_ROWS:
+            return self.predict_small(X)
+        try:
+            return self.predict(np.nan_to_num(X, nan=0.0))
+        except ImportError:  # no Numba here: numpy is exact too, only slower
+            return self.predict_small(X)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Raw scores (the sum of leaf values) for the rows of ``X``; no NaN allowed."""

@@ -8,6 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from opatlas.errors import OpatlasError
@@ -52,16 +53,68 @@ def data_hash(df: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
-def device_for(name: str, rows: pd.DataFrame, dtype: str):
-    """The catalog entry for ``name``, or an empirical roofline from ``rows``' own counts."""
+def device_keys(df: pd.DataFrame) -> pd.Series:
+    """Each row's device under one key per device (:func:`opatlas.devices.device_key`), so a
+    lookup by any alias finds data recorded under any other."""
+    from opatlas.devices import device_key
 
-    from opatlas.devices import empirical_device, get_device
+    names = df["device"].astype(str)
+    return names.map({u: device_key(u) for u in names.unique()})
 
-    try:
-        return get_device(name)
-    except OpatlasError:
-        if "flops" not in rows:
-            raise
-        return empirical_device(name, rows["flops"].to_numpy(float),
-                                rows["min_bytes"].to_numpy(float),
-                                rows["y_us"].to_numpy(float) * 1e-6, dtype)
+
+def holdings(df: pd.DataFrame) -> str:
+    """What a data set holds, for error messages: each device, its dtypes and op counts."""
+    parts = []
+    for (device, dtype), g in df.groupby(["device", "dtype"], sort=True):
+        parts.append(f"{device} {dtype} ({g['op'].nunique()} ops)")
+    return "; ".join(parts) if parts else "nothing"
+
+
+def data_device(data: pd.DataFrame, name: str, dtype: str):
+    """The catalog entry for ``name``; for a device the catalog does not know, the roofline
+    that the device's own rows (all ops, ``dtype``) attain, said in one line on stderr."""
+    import warnings
+
+    from opatlas.devices import device_key, empirical_device, find_device
+
+    found = find_device(name)
+    if found is not None:
+        return found
+    rows = data[(device_keys(data) == device_key(name)).to_numpy()
+                & (data["dtype"] == dtype).to_numpy()]
+    flops, nbytes = op_counts(rows, dtype)
+    dev = empirical_device(device_key(name), flops, nbytes, rows["y_us"].to_numpy(float) * 1e-6,
+                           dtype)
+    warnings.warn(f"device {name!r} is not in the catalog: described by what its own data "
+                  f"attains ({dev.peak(dtype) / 1e12:.1f} TFLOP/s {dtype}, "
+                  f"{dev.bandwidth / 1e9:.0f} GB/s, best of {len(rows)} samples)",
+                  UnknownDeviceWarning, stacklevel=2)
+    return dev
+
+
+class UnknownDeviceWarning(UserWarning):
+    """A device outside the catalog, described by its own measurements."""
+
+
+def op_counts(rows: pd.DataFrame, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """FLOPs and bytes of each row: the store's columns where recorded, else the catalog's
+    counts for the row's op and pass (NaN for ops the catalog does not count)."""
+    from opatlas.ops.batch import batch_counts
+
+    flops = rows["flops"].to_numpy(float) if "flops" in rows else np.full(len(rows), np.nan)
+    nbytes = rows["min_bytes"].to_numpy(float) if "min_bytes" in rows else \
+        np.full(len(rows), np.nan)
+    flops, nbytes = flops.copy(), nbytes.copy()
+    todo = ~(np.isfinite(flops) & np.isfinite(nbytes))
+    if not todo.any():
+        return flops, nbytes
+    pos = pd.Series(np.arange(len(rows)), index=rows.index)
+    for (op, pass_), g in rows[todo].groupby(["op", "pass"], sort=False):
+        try:
+            c = batch_counts(op, shapes_of(g).assign(dtype=dtype))
+            at = pos[g.index].to_numpy()
+            flops[at] = c[f"flops_{pass_}"].to_numpy(float)
+            nbytes[at] = c[f"bytes_{pass_}"].to_numpy(float)
+        except Exception:  # ops outside the catalog (or shapes it rejects) have no counts
+            continue
+    return flops, nbytes

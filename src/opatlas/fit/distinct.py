@@ -12,6 +12,8 @@ def distinct_rows(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     ``table.iloc[first].iloc[codes]`` equals ``table``. Columns are factorised one by one and
     combined into one integer key, ≈ 10× faster than factorising a MultiIndex."""
     n = len(table)
+    if n <= 1:  # one row (a single estimate asks this often): nothing to factorise
+        return np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     key, radix = np.zeros(n, dtype=np.int64), 1
     for col in table.columns:
         col_codes, uniques = pd.factorize(table[col], use_na_sentinel=False)

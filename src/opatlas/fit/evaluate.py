@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from opatlas.devices import Device
-from opatlas.fit.data import device_for, shapes_of
+from opatlas.fit.data import data_device, shapes_of
 from opatlas.fit.distinct import distinct_rows
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
@@ -94,12 +94,13 @@ def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd
     return all_metrics(t, p), n_train, len(t), used, floor
 
 
-def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = True
-                   ) -> Evaluation:
-    """``df``: rows of one (op, pass, device, dtype) from :func:`load_op_data`."""
-    op, pass_, device, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
+def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = True,
+                   device: Device | None = None) -> Evaluation:
+    """``df``: rows of one (op, pass, device, dtype) from :func:`load_op_data`; ``device``:
+    its catalog entry (default: looked up, or derived from ``df`` when the catalog lacks it)."""
+    op, pass_, name, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
-    device = device_for(device, df, dtype)
+    device = device or data_device(df, name, dtype)
     keys = work_keys(op, pass_, shapes, device, dtype)
     metrics, n_train, n_test, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y,
                                                 split, keys)
@@ -112,9 +113,9 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
 
 def evaluate_all(data: pd.DataFrame, recipe: str = "hybrid", split: str = "random",
                  ops: list[str] | None = None, baseline: bool = True) -> list[Evaluation]:
-    out = []
-    for _, g in data.groupby(["op", "pass", "device", "dtype"], sort=True):
-        if ops and g["op"].iloc[0] not in ops:
+    out, devices = [], {}
+    for (op, _, name, dtype), g in data.groupby(["op", "pass", "device", "dtype"], sort=True):
+        if ops and op not in ops:
             continue
         if len(g) < 10:
             continue
@@ -122,5 +123,8 @@ def evaluate_all(data: pd.DataFrame, recipe: str = "hybrid", split: str = "rando
             col = split.split(":")[1]
             if col not in shapes_of(g.head(1)):
                 continue  # this op has no such parameter
-        out.append(evaluate_group(g.reset_index(drop=True), recipe, split, baseline))
+        if (name, dtype) not in devices:  # an unknown device: described by all its data, once
+            devices[name, dtype] = data_device(data, name, dtype)
+        out.append(evaluate_group(g.reset_index(drop=True), recipe, split, baseline,
+                                  devices[name, dtype]))
     return out

@@ -29,7 +29,9 @@ from opatlas.fit.features import ett_features, op_features
 RECIPES = ("ett", "gbm", "hybrid")
 # Part of every cached model's fingerprint: bump it when a recipe changes how it fits, so models
 # cached by an earlier revision are refitted instead of trusted.
-RECIPE_REVISION = "2"  # 2: tree count by early stopping (was a fixed 1,000)
+# 2: tree count by early stopping (was a fixed 1,000); 3: per-launch overhead in the base of
+# ops that count their launches (the optimizer steps)
+RECIPE_REVISION = "3"
 # L1 objective: upstream's samples have heavy-tailed noise (leaky trimmed means), and the
 # median of log-time is what MAPE rewards.
 GBM_PARAMS = {"learning_rate": 0.04, "num_leaves": 31,
@@ -79,6 +81,9 @@ class OpModel:
     dtype: str
     features: list[str] = field(default_factory=list)
     model: Any = None
+    # hybrid, for ops whose counts include ``tensors`` (kernels launched): time ≈ c0 +
+    # c1·tensors + c2·roofline, fitted on the training rows; None: the roofline alone
+    overhead: np.ndarray | None = None
 
     def _X(self, shapes: pd.DataFrame) -> pd.DataFrame:
         if self.recipe == "ett":
@@ -100,7 +105,9 @@ class OpModel:
 
         roof = self._uses_roofline(X)
         self.recipe = "hybrid" if roof else ("gbm" if self.recipe == "hybrid" else self.recipe)
-        target = np.log(y / X["roofline_us"].to_numpy()) if roof else np.log(y)
+        if roof and LAUNCHES in X:
+            self.overhead = fit_overhead(X[LAUNCHES].to_numpy(), X["roofline_us"].to_numpy(), y)
+        target = np.log(y / self._base_us(X)) if roof else np.log(y)
         X = X.drop(columns=["roofline_us"]) if "roofline_us" in X else X
         if roof or self.recipe == "gbm":
             # with analytical counts, keep only effective shapes: rows that label the same
@@ -113,7 +120,18 @@ class OpModel:
             warnings.simplefilter("ignore")
             n_trees = _tree_count(X, target)
             self.model = lgb.LGBMRegressor(**GBM_PARAMS, n_estimators=n_trees).fit(X, target)
+        self._compiled()  # compiled once here, so it is saved with the model
         return self
+
+    def compiled_only(self) -> CompiledOpModel | None:
+        """This model without LightGBM: its compiled trees and what predicting needs, to be
+        cached beside it and loaded with numpy alone (None where the trees did not compile)."""
+        trees = self._compiled() if self.recipe != "ett" else None
+        if trees is None:
+            return None
+        return CompiledOpModel(self.recipe, self.op, self.pass_, self.device, self.dtype,
+                               list(self.features), None, getattr(self, "overhead", None),
+                               trees)
 
     def _compiled(self) -> CompiledTrees | None:
         if not hasattr(self, "_trees"):  # built on first use; models unpickled lack it too
@@ -130,11 +148,59 @@ class OpModel:
         # the trees once per distinct feature vector
         features = X[self.features]
         first, codes = distinct_rows(features)
-        raw = predict_raw(self.model.booster_, self._compiled(),
-                          features.iloc[first].to_numpy(np.float64))[codes]
+        raw = self._raw(features.iloc[first].to_numpy(np.float64))[codes]
         if self.recipe == "hybrid":
-            return X["roofline_us"].to_numpy() * np.exp(raw)
+            return self._base_us(X) * np.exp(raw)
         return np.exp(raw)
+
+    def _raw(self, F: np.ndarray) -> np.ndarray:
+        return predict_raw(self.model.booster_, self._compiled(), F)
+
+    def _base_us(self, X: pd.DataFrame) -> np.ndarray:
+        """What the hybrid trees correct: the roofline, or the overhead-aware line."""
+        coef = getattr(self, "overhead", None)  # models pickled before revision 3 lack it
+        roof = X["roofline_us"].to_numpy()
+        if coef is None:
+            return roof
+        return coef[0] + coef[1] * X[LAUNCHES].to_numpy() + coef[2] * roof
+
+
+@dataclass
+class CompiledOpModel(OpModel):
+    """An :class:`OpModel` reduced to its compiled trees: predicts with numpy (Numba for large
+    batches), so loading it imports neither LightGBM nor scikit-learn."""
+
+    trees: CompiledTrees | None = None
+
+    def fit(self, shapes: pd.DataFrame, y_us: np.ndarray) -> OpModel:
+        raise TypeError("a compiled model is fitted as an OpModel, then compiled")
+
+    def _raw(self, F: np.ndarray) -> np.ndarray:
+        return self.trees.predict_any(F)
+
+
+LAUNCHES = "f_tensors"
+
+
+def fit_overhead(launches: np.ndarray, roofline_us: np.ndarray, y_us: np.ndarray) -> np.ndarray:
+    """(c0, c1, c2) of ``y ≈ c0 + c1·launches + c2·roofline`` by least relative squares, all
+    ≥ 0 and c2 > 0 (the best of the non-negative solutions that keep the roofline term).
+
+    An optimizer step walks its parameter tensors: each costs a fixed time (kernel launches,
+    and the host work between them that a first-to-last-kernel span includes), the rest is
+    memory-bound in the parameter count, so the roofline term (c2 = 1/efficiency) carries the
+    scaling to sizes never sampled while the per-tensor term keeps small, many-tensor stages
+    right."""
+    A = np.column_stack([np.ones_like(y_us), launches, roofline_us]) / y_us[:, None]
+    ones = np.ones_like(y_us)
+    best, best_err = np.array([0.0, 0.0, 1.0]), np.inf
+    for cols in ([0, 1, 2], [1, 2], [0, 2], [2]):
+        coef = np.zeros(3)
+        coef[cols] = np.linalg.lstsq(A[:, cols], ones, rcond=None)[0]
+        err = float(np.sum((A @ coef - ones) ** 2))
+        if (coef >= 0).all() and coef[2] > 0 and err < best_err:
+            best, best_err = coef, err
+    return best
 
 
 def _tree_count(X: pd.DataFrame, target: np.ndarray) -> int:

@@ -5,13 +5,14 @@ warning (pickled tree models are not portable across versions)."""
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from collections.abc import Callable
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import joblib
 import platformdirs
 
 LIBS = ("opatlas", "scikit-learn", "lightgbm", "xgboost-cpu", "numpy")
@@ -27,6 +28,14 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+@cache
+def _opatlas_version() -> str:
+    try:
+        return version("opatlas")
+    except Exception:
+        return "absent"
+
+
 def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("opatlas")) / "models"
 
@@ -39,8 +48,36 @@ class ModelRegistry:
         safe = [k.replace("/", "_").replace(" ", "") for k in key]
         return self.root.joinpath(*safe[:-1], safe[-1] + ".joblib")
 
+    def compiled_path(self, *key: str) -> Path:
+        return self.path(*key).with_suffix(".compiled.pkl")
+
+    def load_compiled(self, key: tuple[str, ...], data_hash: str) -> Any | None:
+        """The model's compiled form saved beside it (numpy only: no LightGBM to import), if
+        it was made from the same data by this opatlas version; else None."""
+        path = self.compiled_path(*key)
+        try:
+            with path.open("rb") as f:
+                saved = pickle.load(f)
+        except Exception:  # absent, corrupt or foreign: the full model is used instead
+            return None
+        meta = saved.get("meta", {}) if isinstance(saved, dict) else {}
+        if meta.get("data_hash") != data_hash or meta.get("opatlas") != _opatlas_version():
+            return None
+        return saved.get("model")
+
+    def save_compiled(self, key: tuple[str, ...], data_hash: str, model: Any) -> None:
+        path = self.compiled_path(*key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as f:
+            pickle.dump({"model": model, "meta": {"data_hash": data_hash, "key": key,
+                                                  "opatlas": _opatlas_version()}}, f)
+        tmp.replace(path)
+
     def get_or_fit(self, key: tuple[str, ...], data_hash: str, features: list[str] | None,
                    fit: Callable[[], Any]) -> Any:
+        import joblib
+
         path = self.path(*key)
         if path.exists():
             try:

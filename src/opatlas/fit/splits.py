@@ -20,14 +20,18 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
     n = len(df)
     rng = np.random.default_rng(SEED)
     if kind == "random":
-        frac = float(rest) if rest else 0.2
+        frac = _number(spec, rest, 0.2)
         if not 0 < frac < 1:
             raise OpatlasError(f"split {spec!r}: the test fraction must be in (0, 1)")
         perm = rng.permutation(n)
         k = max(1, round(n * frac))
         yield np.sort(perm[k:]), np.sort(perm[:k])
     elif kind == "kfold":
-        k = int(rest or 5)
+        k = _number(spec, rest, 5)
+        if k != int(k) or not 2 <= k <= max(n, 2):
+            raise OpatlasError(f"split {spec!r}: K must be a whole number from 2 to the row "
+                               f"count ({n})")
+        k = int(k)
         folds = np.array_split(rng.permutation(n), k)
         for i in range(k):
             test = folds[i]
@@ -37,7 +41,10 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
         if col not in df:
             raise OpatlasError(f"split {spec!r}: no column {col!r} (have {sorted(df.columns)})")
         values = np.sort(df[col].unique())
-        k = max(1, round(len(values) * float(frac_s or 0.2)))
+        frac = _number(spec, frac_s, 0.2)
+        if not 0 < frac < 1:
+            raise OpatlasError(f"split {spec!r}: the test fraction must be in (0, 1)")
+        k = max(1, round(len(values) * frac))
         if k >= len(values):
             raise OpatlasError(f"split {spec!r}: {col} has too few distinct values")
         cut = values[-k]
@@ -54,3 +61,15 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
     else:
         raise OpatlasError(f"unknown split {spec!r}: use random[:FRAC], kfold:K, "
                            f"extrapolate:COL:FRAC or group:COL")
+
+
+def _number(spec: str, text: str, default: float) -> float:
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise OpatlasError(f"split {spec!r}: {text!r} is not a number") from None
+    if not np.isfinite(value):
+        raise OpatlasError(f"split {spec!r}: {text!r} is not a finite number")
+    return value

@@ -335,15 +335,44 @@ def transformer_layer_params(dim: Any, mp: Any, ffn: Any = 0, gated: bool = Fals
     return (attn + mlp) // mp + 4 * dim
 
 
+def ett_stage_layer_params(dim: Any, mp: Any, ffn: Any = 0) -> Any:
+    """One layer of estimate-train-time's stage simulator, which its optimizer samples were
+    measured on: QKV with bias (d·3d/mp + 3d/mp), out, up and down projections without biases
+    (d²/mp + 2·d·f/mp), two layer norms with weight and bias (4d, not sharded)."""
+    f = pick(ffn > 0, ffn, 4 * dim)
+    return (3 * dim * dim + 3 * dim + dim * dim + 2 * dim * f) // mp + 4 * dim
+
+
 def stage_params(p: Mapping[str, Any]) -> int:
     """Parameter count of an optimizer step: ``n_params`` if given, else ``encoders`` layers of
-    ``dim`` (plus the vocab shard for a first/last pipeline stage, as upstream's stages)."""
+    ``dim`` plus what the pipeline stage holds. ``layout: flat`` (ours): the first stage holds
+    the vocab shard's embedding, the last the final norm and the vocab shard's head.
+    ``layout: ett`` (upstream's stage simulator): its layers, the first stage the embedding
+    shard, the last the final norm and a head of ``padded_vocab/mp/mp`` rows (upstream divides
+    the shard by mp twice)."""
     mp, dim = I(p["mp"]), I(p["dim"])
-    n = I(p["encoders"]) * transformer_layer_params(dim, mp, opt(p, "ffn"))
-    if p.get("stage") in ("first", "last"):
-        n = n + padded_vocab(I(p["vocab"]), mp) // mp * dim
+    ett = p.get("layout") == "ett"
+    layer = ett_stage_layer_params(dim, mp, opt(p, "ffn")) if ett else \
+        transformer_layer_params(dim, mp, opt(p, "ffn"))
+    n = I(p["encoders"]) * layer
+    shard = padded_vocab(I(p.get("vocab", 50257)), mp) // mp
+    if p.get("stage") == "first":
+        n = n + shard * dim
+    elif p.get("stage") == "last":
+        n = n + (shard // mp if ett else shard) * dim + 2 * dim
     given = opt(p, "n_params")
     return pick(given > 0, given, n)
+
+
+def stage_tensors(p: Mapping[str, Any]) -> Any:
+    """Parameter tensors the optimizer walks (each costs a fixed overhead): one flat tensor for
+    ``layout: flat`` or a given ``n_params``; upstream's stages hold 9 per layer (two norms'
+    weight and bias, QKV weight and bias, three weights), +1 (embedding) first, +3 (norm,
+    head) last."""
+    per_stage = {"first": 1, "last": 3}.get(str(p.get("stage")), 0)
+    tensors = 9 * I(p["encoders"]) + per_stage
+    layered = (p.get("layout") == "ett") & (opt(p, "n_params") <= 0)
+    return pick(layered, tensors, 1)
 
 
 @register_op
@@ -355,7 +384,7 @@ class AdamStep(Op):
     name = "adam_step"
     params = ()
     defaults = {"mp": 1, "dim": 0, "encoders": 0, "n_params": 0, "stage": "middle",
-                "vocab": 50257, "ffn": 0}
+                "vocab": 50257, "ffn": 0, "layout": "flat"}
     passes = ("step",)
     description = "fused AdamW step over a stage's parameters"
     rules = (Rule("no parameters (give n_params, or dim and encoders)",
@@ -368,7 +397,8 @@ class AdamStep(Op):
         return {"step": 28.0 * stage_params(p)}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"params": stage_params(p)}
+        n, tensors = stage_params(p), stage_tensors(p)
+        return {"params": n, "tensors": tensors, "params_per_tensor": n / tensors}
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         import torch
@@ -450,6 +480,6 @@ register_alias("RoPE", "rope")
 register_alias("ScaledUpperTriangMaskedSoftmax", "masked_softmax")
 register_alias("res_add", "residual_add")
 register_alias("parallel_cross_entropy_128", "cross_entropy")
-register_alias("firstStage_optimizer", "adam_step", stage="first")
-register_alias("middleStage_optimizer", "adam_step", stage="middle")
-register_alias("lastStage_optimizer", "adam_step", stage="last")
+register_alias("firstStage_optimizer", "adam_step", stage="first", layout="ett")
+register_alias("middleStage_optimizer", "adam_step", stage="middle", layout="ett")
+register_alias("lastStage_optimizer", "adam_step", stage="last", layout="ett")

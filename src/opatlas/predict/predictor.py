@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from opatlas.devices import Device, device_key, find_device
 from opatlas.errors import OpatlasError
-from opatlas.fit.data import data_hash, device_for, load_op_data, shapes_of
+from opatlas.fit.data import data_device, device_keys, shapes_of
 from opatlas.fit.distinct import distinct_rows
+from opatlas.fit.index import DataIndex
 from opatlas.fit.recipes import RECIPE_REVISION, OpModel, make_model
 from opatlas.fit.registry import ModelRegistry
 
@@ -45,14 +47,46 @@ class Predictor:
                  cache_dir: str | Path | None = None) -> None:
         self.device, self.dtype, self.recipe, self.data_source = device, dtype, recipe, data
         self.registry = ModelRegistry(cache_dir)
+        self.index = DataIndex(data)
         self._data: pd.DataFrame | None = None
+        self._keys: np.ndarray | None = None
         self._models: dict[tuple[str, str, str, str], OpModel] = {}
+        self._params: dict[tuple[str, str, str, str], list[str]] = {}
+        self._devices: dict[tuple[str, str], Device] = {}
 
     @property
     def data(self) -> pd.DataFrame:
         if self._data is None:
-            self._data = load_op_data(self.data_source)
+            self._data = self.index.frame()
         return self._data
+
+    @property
+    def device_keys(self) -> np.ndarray:
+        """Each data row's device key: any alias of a catalog device matches any other."""
+        if self._keys is None:
+            self._keys = device_keys(self.data).to_numpy()
+        return self._keys
+
+    def rows_for(self, device: str, dtype: str) -> np.ndarray:
+        """Mask of the data rows measured on ``device`` (under any of its names) in ``dtype``."""
+        return (self.device_keys == device_key(device)) & (self.data["dtype"] == dtype).to_numpy()
+
+    def check_device(self, device: str | None = None, dtype: str | None = None) -> None:
+        """Raise, naming what the data holds, when it has nothing for ``device`` in ``dtype``."""
+        device, dtype = device or self.device, dtype or self.dtype
+        if not self.index.has_device(device_key(device), dtype):
+            raise OpatlasError(f"the op data {self.data_source} has no {dtype} samples for "
+                               f"device {device!r}; it holds: {self.index.meta['holdings']}. "
+                               f"Give "
+                               f"data measured on this device (ops.data / --data), or use the "
+                               f"roofline (ops.mode: analytical / --analytical)")
+
+    def device_entry(self, device: str, dtype: str) -> Device:
+        """The catalog entry, or for an unknown device the roofline its own data attains."""
+        key = (device_key(device), dtype)
+        if key not in self._devices:  # the data is loaded only for a device the catalog lacks
+            self._devices[key] = find_device(device) or data_device(self.data, device, dtype)
+        return self._devices[key]
 
     def ops(self) -> list[str]:
         return sorted(self.op_names)
@@ -60,7 +94,8 @@ class Predictor:
     @property
     def op_names(self) -> set[str]:
         if not hasattr(self, "_op_names"):
-            self._op_names = set(self.data["op"].unique())
+            self._op_names = set(self.index.meta["ops"]) if self._data is None else \
+                set(self.data["op"].unique())
         return self._op_names
 
     def resolve_op(self, op: str, shapes: pd.DataFrame) -> tuple[str, pd.DataFrame]:
@@ -75,27 +110,74 @@ class Predictor:
 
     def model(self, op: str, pass_: str, device: str | None = None, dtype: str | None = None
               ) -> OpModel:
-        device, dtype = device or self.device, dtype or self.dtype
+        device, dtype = device_key(device or self.device), dtype or self.dtype
         key = (op, pass_, device, dtype)
         if key not in self._models:
-            d = self.data
-            rows = d[(d["op"] == op) & (d["pass"] == pass_) & (d["device"] == device)
-                     & (d["dtype"] == dtype)]
-            if rows.empty:
-                have = sorted(set(zip(d["op"], d["pass"], strict=True)))
+            group = self.index.group(op, pass_, device, dtype)
+            if group is None:
+                self.check_device(device, dtype)
+                have = sorted({tuple(k.split("|")[:2]) for k in self.index.meta["groups"]})
                 raise OpatlasError(f"no {dtype} {pass_} data for op {op!r} on {device}; data "
                                    f"has {len(have)} (op, pass) pairs, e.g. {have[:6]}")
-            shapes, y = shapes_of(rows), rows["y_us"].to_numpy(float)
-
-            dev = device_for(device, rows, dtype)
-
-            def fit() -> OpModel:
-                return make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
-
-            self._models[key] = self.registry.get_or_fit(
-                (device, dtype, self.recipe, op, pass_), f"{data_hash(rows)}:r{RECIPE_REVISION}",
-                list(shapes.columns), fit)
+            self._params[key] = list(group["params"])
+            self._models[key] = self._load_or_fit(op, pass_, device, dtype,
+                                                  f"{group['hash']}:r{RECIPE_REVISION}")
         return self._models[key]
+
+    def _load_or_fit(self, op: str, pass_: str, device: str, dtype: str, fingerprint: str
+                     ) -> OpModel:
+        """The compiled model cached beside the full one (numpy only), else the full model
+        (fitted on first use), whose compiled form is then cached for the next process."""
+        reg_key = (device, dtype, self.recipe, op, pass_)
+        fast = self.registry.load_compiled(reg_key, fingerprint)
+        if fast is not None:
+            return fast
+        d = self.data
+        rows = d[((d["op"] == op) & (d["pass"] == pass_)).to_numpy()
+                 & self.rows_for(device, dtype)]
+        shapes, y = shapes_of(rows), rows["y_us"].to_numpy(float)
+        dev = self.device_entry(device, dtype)
+
+        def fit() -> OpModel:
+            return make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
+
+        model = self.registry.get_or_fit(reg_key, fingerprint, list(shapes.columns), fit)
+        compiled = model.compiled_only()
+        if compiled is not None:
+            self.registry.save_compiled(reg_key, fingerprint, compiled)
+        return model
+
+    def shape_params(self, op: str, pass_: str = "fwd", device: str | None = None,
+                     dtype: str | None = None) -> tuple[list[str], list[str]]:
+        """(the parameters the data measured ``op`` at: each shape needs them, the extra ones
+        the catalog's counts of the op also take, such as ``ffn`` or ``kv_heads``)."""
+        self.model(op, pass_, device, dtype)
+        need = self._params[(op, pass_, device_key(device or self.device), dtype or self.dtype)]
+        try:
+            from opatlas.ops.registry import get_op
+
+            cat, fixed = get_op(op)
+            extra = [k for k in (*cat.params, *cat.defaults) if k not in need and k not in fixed]
+        except OpatlasError:  # an op outside the catalog: the data's parameters only
+            extra = []
+        return need, extra
+
+    def check_shape(self, op: str, columns: Sequence[str], pass_: str = "fwd",
+                    device: str | None = None, dtype: str | None = None,
+                    unknown_ok: bool = True) -> None:
+        """Raise, naming the op's parameters, when a shape lacks one the data was measured at
+        (or, with ``unknown_ok=False``, names one neither the data nor the catalog knows)."""
+        need, extra = self.shape_params(op, pass_, device, dtype)
+        missing = [k for k in need if k not in columns]
+        unknown = [] if unknown_ok else [k for k in columns if k not in need + extra
+                                         and k != "dtype"]
+        if missing or unknown:
+            problem = "; ".join(p for p in (f"missing {', '.join(missing)}" if missing else "",
+                                            f"unknown {', '.join(unknown)}" if unknown else "")
+                                if p)
+            optional = f" (optional: {', '.join(extra)})" if extra else ""
+            raise OpatlasError(f"op {op!r} takes shape parameters {', '.join(need)}{optional}; "
+                               f"{problem}")
 
     def predict(self, op: str, shapes: pd.DataFrame | Mapping[str, Any] | Sequence[Mapping],
                 *, device: str | None = None, dtype: str | None = None,
@@ -106,7 +188,52 @@ class Predictor:
                                                             for k, v in shapes.items()})
         name, table = self.resolve_op(op, table)
         model = self.model(name, pass_, device, dtype)
+        self.check_shape(name, table.columns, pass_, device, dtype)
         first, codes = distinct_rows(table)
         if len(first) == len(table):
             return model.predict(table)
         return model.predict(table.iloc[first].reset_index(drop=True))[codes]
+
+
+def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
+    """``["mp=2", "b=4", ...]`` -> a shape: numbers (≥ 0, finite) for every parameter except
+    the catalog's named ones (``role``, ``stage``, ...); each problem is one clear error."""
+    from opatlas.ops.registry import get_op
+
+    try:
+        cat, fixed = get_op(ETT_NAMES.get(op, op))
+        named = {k for k, v in {**cat.defaults, **fixed}.items() if isinstance(v, str)}
+    except OpatlasError:
+        named = set()
+    named |= {"role", "dtype"}
+    params: dict[str, Any] = {}
+    for item in items:
+        k, sep, v = (x.strip() for x in item.partition("="))
+        if not sep or not k.isidentifier():
+            raise OpatlasError(f"--shape {item!r}: expected name=value, e.g. --shape mp=2")
+        if k in named:
+            params[k] = v
+            continue
+        try:
+            num = float(v)
+        except ValueError:
+            raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
+        if not np.isfinite(num) or num < 0:
+            raise OpatlasError(f"--shape {item!r}: {k} must be a finite number >= 0")
+        params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
+    return params
+
+
+def check_valid(op: str, params: Mapping[str, Any]) -> None:
+    """Raise when the catalog's rules for ``op`` reject the shape (ops outside it pass)."""
+    from opatlas.ops.registry import get_op
+
+    try:
+        cat, fixed = get_op(ETT_NAMES.get(op, op))
+        full = cat.resolve({**fixed, **params})
+    except OpatlasError:
+        return
+    reason = cat.invalid_reason(full)
+    if reason is not None:
+        shape = ", ".join(f"{k}={v}" for k, v in params.items())
+        raise OpatlasError(f"shape {shape} is not valid for op {op!r}: {reason}")

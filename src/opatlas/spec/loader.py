@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from opatlas.errors import SpecError, UnknownOpError
-from opatlas.spec.model import SweepSpec
+from opatlas.spec.model import ParamError, SweepSpec
 
 ETT_KEYS = ("starts", "steps", "ends", "operators")
 
@@ -88,7 +88,11 @@ def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> Spe
             node = node[int(part)]
     key = ".".join(keys) if keys else (loc[0] if loc else None)
     value = node if keys else err.get("input")
-    msg = err["msg"]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, ParamError) and isinstance(node, Mapping) and cause.key in node:
+        keys, node, msg = [*keys, cause.key], node[cause.key], cause.detail
+        key, value = ".".join(keys), node
     if err["type"] == "missing":
         missing = loc[len(keys)] if len(loc) > len(keys) else (key or "?")
         return SpecError(f"required key '{missing}' is missing", file=file,

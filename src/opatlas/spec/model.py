@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opatlas.expressions import Expression, ExpressionError
 
 Scalar = int | float | str | bool
 MAX_RANGE_VALUES = 1_000_000
 PASSES = ("fwd", "bwd", "step")
+
+
+class ParamError(ValueError):
+    """What is wrong with one parameter's values (the loader names the key ``params.<key>``)."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key, self.detail = key, detail
+        super().__init__(f"parameter {key!r}: {detail}")
 
 
 class ParamRange(BaseModel):
@@ -26,11 +35,11 @@ class ParamRange(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ParamRange:
         if self.mode == "add" and self.step <= 0:
-            raise ValueError(f"step must be > 0 with 'add', got {self.step}")
+            raise ValueError(f"step must be > 0 for mode add, got {self.step}")
         if self.mode == "mul" and self.step <= 1:
-            raise ValueError(f"step must be > 1 with 'mul', got {self.step}")
+            raise ValueError(f"step must be > 1 for mode mul, got {self.step}")
         if self.mode == "mul" and self.start <= 0:
-            raise ValueError(f"start must be > 0 with 'mul', got {self.start}")
+            raise ValueError(f"start must be > 0 for mode mul, got {self.start}")
         if self.start > self.end:
             raise ValueError(f"empty range: start {self.start} > end {self.end}")
         if self.mode == "add" and (self.end - self.start) / self.step + 1 > MAX_RANGE_VALUES:
@@ -72,6 +81,23 @@ class SweepSpec(BaseModel):
     warmup: int = Field(default=3, ge=0, le=100_000)
     source: Literal["opatlas", "ett", "builtin"] = "opatlas"
     upstream: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _ranges_first(cls, params: Any) -> Any:
+        """A mapping can only be a range: validate it as one, so a bad range reads as what is
+        wrong with it rather than as a failure of every other form a value may take."""
+        if not isinstance(params, Mapping):
+            return params
+        out = {}
+        for key, val in params.items():
+            if isinstance(val, Mapping):
+                try:
+                    val = ParamRange.model_validate(val)
+                except ValidationError as exc:
+                    raise ParamError(key, _range_problem(exc)) from None
+            out[key] = val
+        return out
 
     @field_validator("params")
     @classmethod
@@ -133,6 +159,18 @@ class SweepSpec(BaseModel):
         for _, vals in self.axes():
             n *= len(vals)
         return n
+
+
+def _range_problem(exc: ValidationError) -> str:
+    """The first thing wrong with a range, in the words of the spec format."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "missing":
+        return f"a range needs start, step and end; {field!r} is missing"
+    if err["type"] == "extra_forbidden":
+        return f"unknown range key {field!r} (a range has start, step, end and mode)"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return msg if not field else f"{field}: {msg}"
 
 
 def _tied_names(key: str, val: Any) -> list[str]:

@@ -9,24 +9,20 @@ row (mean = median = the upstream value, repeats 10: upstream's trimmed mean of 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from opatlas.errors import StoreError
+from opatlas.samples import bundled_dataset, filed_device_name, parse_sample_name
 from opatlas.store.db import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
 
 PRECISIONS = ("fp16", "bf16", "fp32")
 PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur": "step"}
-_NAME = re.compile(r"^(?P<gpu>[^_]+)_(?P<op>.+)_(?P<prec>fp16|bf16|fp32)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?$")
 IMPORT_BACKEND = "ett-import"
-
-
-def parse_sample_name(path: Path) -> dict[str, str] | None:
-    m = _NAME.match(path.stem)
-    return m.groupdict() if m else None
+__all__ = ["bundled_dataset", "export_ett", "filed_device_name", "import_ett_samples",
+           "parse_sample_name", "read_sample_file"]
 
 
 def _counts(op: str, params: dict) -> tuple[dict, dict]:
@@ -118,12 +114,3 @@ def _num(v: object) -> object:
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v.item() if hasattr(v, "item") else v
-
-
-def bundled_dataset(name: str = "ett-a100") -> Path:
-    from importlib import resources
-
-    path = Path(str(resources.files("opatlas") / "data" / name))
-    if not path.is_dir():
-        raise StoreError(f"no bundled dataset {name!r}")
-    return path

@@ -1,0 +1,116 @@
+"""An index of a training data source, built once and kept in the user cache dir: the parsed
+rows (Parquet) and, per (op, pass, device, dtype) group, its data hash and shape parameters.
+
+Answering "is my cached model still current?" then needs neither the CSVs parsed nor the
+frame loaded: a fingerprint of the source's files (names, sizes, modification times) says
+whether the index is fresh, and the index holds each group's hash. A changed source is
+re-indexed on next use."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+INDEX_REVISION = "1"
+
+
+def _source_path(source: str | Path) -> Path:
+    if str(source) == "bundled":
+        from opatlas.samples import bundled_dataset
+
+        return bundled_dataset() / "operator"
+    return Path(source)
+
+
+def fingerprint(source: str | Path) -> str:
+    """Names, sizes and mtimes of the source's files: changes when any file does."""
+    path = _source_path(source)
+    files = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
+    h = hashlib.sha256(INDEX_REVISION.encode())
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def group_key(op: str, pass_: str, device_key: str, dtype: str) -> str:
+    return f"{op}|{pass_}|{device_key}|{dtype}"
+
+
+class DataIndex:
+    """The index of one data source (see the module docstring)."""
+
+    def __init__(self, source: str | Path, cache_dir: str | Path | None = None) -> None:
+        self.source = source
+        root = Path(cache_dir) if cache_dir else \
+            Path(platformdirs.user_cache_dir("opatlas")) / "data"
+        where = str(_source_path(source).resolve())
+        self.dir = root / hashlib.sha256(where.encode()).hexdigest()[:16]
+        self._meta: dict[str, Any] | None = None
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        if self._meta is None:
+            self._meta = self._load() or self._build()
+        return self._meta
+
+    def _load(self) -> dict[str, Any] | None:
+        try:
+            meta = json.loads((self.dir / "index.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if meta.get("fingerprint") != fingerprint(self.source) or \
+                not (self.dir / "samples.parquet").exists():
+            return None
+        return meta
+
+    def _build(self) -> dict[str, Any]:
+        from opatlas.fit.data import data_hash, device_keys, holdings, load_op_data
+
+        frame = load_op_data(self.source)
+        keys = device_keys(frame)
+        groups = {}
+        for (op, pass_, dev, dtype), rows in frame.assign(_key=keys).groupby(
+                ["op", "pass", "_key", "dtype"], sort=True):
+            rows = rows.drop(columns="_key")
+            params = sorted({k for s in rows["params_json"] for k in json.loads(s)} - {"dtype"})
+            groups[group_key(op, pass_, dev, dtype)] = {"hash": data_hash(rows),
+                                                        "params": params}
+        meta = {"fingerprint": fingerprint(self.source), "groups": groups,
+                "ops": sorted(frame["op"].unique()), "holdings": holdings(frame)}
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "samples.parquet.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(self.dir / "samples.parquet")
+        (self.dir / "index.json.tmp").write_text(json.dumps(meta))
+        (self.dir / "index.json.tmp").replace(self.dir / "index.json")
+        self._frame = frame
+        return meta
+
+    def frame(self):
+        """The parsed rows (from the cache when the index is fresh)."""
+        import pandas as pd
+
+        meta = self.meta
+        if not hasattr(self, "_frame"):
+            try:
+                self._frame = pd.read_parquet(self.dir / "samples.parquet")
+            except Exception:  # the cache went missing under us: parse the source again
+                from opatlas.fit.data import load_op_data
+
+                self._frame = load_op_data(self.source)
+        del meta
+        return self._frame
+
+    def group(self, op: str, pass_: str, device_key: str, dtype: str) -> dict[str, Any] | None:
+        return self.meta["groups"].get(group_key(op, pass_, device_key, dtype))
+
+    def has_device(self, device_key: str, dtype: str) -> bool:
+        return any(k.split("|")[2:] == [device_key, dtype] for k in self.meta["groups"])
