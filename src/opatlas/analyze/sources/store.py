@@ -77,12 +77,13 @@ def read(path: Path, options: ReadOptions) -> Analysis:
 
 def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str],
                  models: Path | None = None) -> pd.DataFrame:
-    from opatlas.fit.data import device_for
+    from opatlas.fit.data import data_device
     from opatlas.ops.base import dtype_bytes
 
-    data = pd.DataFrame({"y_us": res["median_ns"] / 1e3, "flops": res["flops"],
-                         "min_bytes": res["min_bytes"]})
-    dev = device_for(device_name, data, dtype)
+    data = pd.DataFrame({"device": device_name, "dtype": dtype, "op": res["op"],
+                         "pass": res["pass"], "y_us": res["median_ns"] / 1e3,
+                         "flops": res["flops"], "min_bytes": res["min_bytes"]})
+    dev = data_device(data, device_name, dtype)
     try:
         word = dtype_bytes(dtype)
     except OpatlasError:
