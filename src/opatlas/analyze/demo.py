@@ -18,10 +18,16 @@ def demo_analyze(out: Path, console: Console) -> None:
     api.write_html(est, out / ESTIMATE_REPORT)
     slow = est.rows.sort_values("time_s", ascending=False).iloc[0]
     console.print(f"  estimate: {len(est.rows)} rows of the slowest stage; the largest is "
-                  f"{slow['op']} {slow['pass']} ({100 * slow['share']:.1f}% of the step)")
+                  f"{_label(slow)} ({100 * slow['share']:.1f}% of the step)")
     store = out / "opatlas.duckdb"
     if store.exists():
         meas = api.analyze(store)
         api.write_html(meas, out / STORE_REPORT)
         console.print(f"  store: {len(meas.rows)} measurements with held-out predictions and "
                       f"bounds: {(out / STORE_REPORT).resolve()}")
+
+
+def _label(row) -> str:
+    """'linear3 bwd' for an op's pass; a collective or the bubble by its name alone."""
+    return f"{row['op']} {row['pass']}" if row["pass"] in ("fwd", "bwd", "recompute") \
+        else str(row["op"])
