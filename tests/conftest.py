@@ -27,6 +27,19 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, check: bo
     return proc
 
 
+def cli_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``opatlas ARGS`` in this process (no interpreter start-up): exit code, stdout, stderr."""
+    from opatlas.cli import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA

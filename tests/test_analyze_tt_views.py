@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import cli_in_process, run_cli
 from opatlas.analyze import api
-from opatlas.cli import main
 from test_analyze_pybuda import NETLIST, make_run
 
 TT = Path(__file__).parent / "data" / "tenstorrent"
@@ -20,19 +19,9 @@ REAL_CSV = TT / "ops_perf_results_2025_09_18_11_39_20.csv"
 CONTRACT = ("op", "pass", "calls", "time_s", "flops", "bytes", "bound_time_s", "limiter", "shape")
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_pybuda_flags_and_json_contract(tmp_path, capsys):
     netlist = make_run(tmp_path / "run")
-    code, out, _ = cli(capsys, "analyze", "-n", str(netlist), "-d", str(tmp_path / "run"),
+    code, out, _ = cli_in_process(capsys, "analyze", "-n", str(netlist), "-d", str(tmp_path / "run"),
                        "--json")
     assert code == 0
     doc = json.loads(out)
@@ -44,21 +33,21 @@ def test_pybuda_flags_and_json_contract(tmp_path, capsys):
         assert {"epoch", "grid", "estimated_cycles", "kernel_cycles", "bw_kernel_cycles",
                 "bw_problem"} <= set(row)
     assert sum(r["time_s"] for r in doc["rows"]) == pytest.approx(s["total_time_s"])
-    code, out, _ = cli(capsys, "analyze", str(tmp_path / "run"), "-s", "--json")
+    code, out, _ = cli_in_process(capsys, "analyze", str(tmp_path / "run"), "-s", "--json")
     assert code == 0 and json.loads(out)["summary"]["epoch_kind"] == "spatial"
-    code, out, _ = cli(capsys, "analyze", "--dir", str(tmp_path / "run"), "--json")
+    code, out, _ = cli_in_process(capsys, "analyze", "--dir", str(tmp_path / "run"), "--json")
     assert code == 0 and json.loads(out)["summary"]["overall_speed"] == 58823
 
 
 def test_ttmetal_json_contract(capsys):
-    code, out, err = cli(capsys, "analyze", str(REAL_CSV), "--ignore-signposts", "--json")
+    code, out, err = cli_in_process(capsys, "analyze", str(REAL_CSV), "--ignore-signposts", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["source"]["kind"] == "ttmetal" and doc["group_label"] == "device"
     row = doc["rows"][0]
     assert set(CONTRACT) <= set(row) and {"device", "op_code", "device_time_ns", "bound"} <= set(row)
     assert sum(r["time_s"] for r in doc["rows"]) == pytest.approx(doc["summary"]["total_time_s"])
-    code, out, err = cli(capsys, "analyze", str(REAL_CSV), "--start-signpost",
+    code, out, err = cli_in_process(capsys, "analyze", str(REAL_CSV), "--start-signpost",
                          "ResNet module started", "--end-signpost", "ResNet module finished",
                          "--json")
     assert code == 0 and 0 < len(json.loads(out)["rows"]) < 621
@@ -82,7 +71,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
 
 def test_bad_input_exits_2_with_one_paragraph(tmp_path, capsys):
     for what, (path, says) in _bad_inputs(tmp_path).items():
-        code, out, err = cli(capsys, "analyze", str(path), "--json")
+        code, out, err = cli_in_process(capsys, "analyze", str(path), "--json")
         assert code == 2, what
         assert says in err and str(path.name) in err, (what, err)
         assert "Traceback" not in err and out == "" and err.count("\n") == 1, (what, err)

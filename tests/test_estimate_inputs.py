@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_cli
+from conftest import REPO, cli_in_process, run_cli
 from opatlas.devices import get_device
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.estimate import estimate_step, load_config
@@ -331,19 +331,6 @@ def test_runs_rank_by_time_to_train_not_step_time():
     assert [e for e, _ in ranked] == expected
 
 
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    """``opatlas ARGS`` in this process (no interpreter start-up): exit code, stdout, stderr."""
-    from opatlas.cli import main
-
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_whole_run_from_megatron_args_end_to_end():
     out = run_cli("estimate", "--megatron-args", f"@{MEGATRON / 'selene-gpt-18b.args'}",
                   "--gpus", "256", "--set", "cluster.preset=dgx-a100", "--tokens", "100B",
@@ -357,7 +344,7 @@ def test_cli_whole_run_from_megatron_args_end_to_end():
 
 
 def test_cli_search_ranks_by_time_to_train(capsys):
-    code, out, err = _cli(capsys, "estimate", "qwen2.5-7b", "--gpus", "8", "--search", "--set",
+    code, out, err = cli_in_process(capsys, "estimate", "qwen2.5-7b", "--gpus", "8", "--search", "--set",
                           "model.seq_len=4096", "--tokens", "1T", "--top", "3", "--json")
     s = json.loads(out)
     days = [e["run"]["days"] for e in s["top"]]
@@ -371,6 +358,6 @@ def test_cli_bad_inputs_get_one_line_and_exit_2(tmp_path, capsys):
     for args in (["estimate", str(bad)], ["estimate", "llama2-7b", "--set", "parallel.tpp=2"],
                  ["estimate", "--megatron-args", "--num-layers 2 --foo 1", "--gpus", "8"],
                  ["estimate", "llama2-7b", "--gpu-hour-price", "2"]):
-        code, _, err = _cli(capsys, *args)
+        code, _, err = cli_in_process(capsys, *args)
         assert code == 2 and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -38,6 +38,9 @@ class _OpEntry(BaseModel):
     in_df: list[str] = []
     out_df: str = "Float16_b"
     math_fidelity: str = "HiFi4"
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class _QueueEntry(BaseModel):
@@ -197,16 +200,21 @@ def load_netlist(path: str | Path) -> Netlist:
                    _core_count(arch, ops), _device_count(path, graphs_doc))
 
 
+def _entry(model: type[_M], data: Any, path: Path, where: str) -> _M:
+    """One netlist entry validated; an error names the file and the full key of the bad value."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise SpecError(err["msg"], file=str(path),
+                        key=f"{where}.{'.'.join(map(str, err['loc']))}",
+                        value=err.get("input")) from None
+
+
 def _queues(path: Path, section: dict[str, Any]) -> dict[str, Queue]:
     out = {}
     for name, q in section.items():
-        try:
-            e = _QueueEntry.model_validate(q)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise SpecError(err["msg"], file=str(path),
-                            key=f"queues.{name}.{'.'.join(map(str, err['loc']))}",
-                            value=err.get("input")) from None
+        e = _entry(_QueueEntry, q, path, f"queues.{name}")
         out[name] = Queue(name, e.input, e.loc, e.grid_size, e.t, e.mblock, e.ublock, e.df)
     return out
 
@@ -251,13 +259,7 @@ def _graph_ops(path: Path, graph: str, spatial: int, temporal: int, section: dic
     for name, d in section.items():
         if not isinstance(d, dict):
             continue  # target_device, input_count ...
-        try:
-            e = _OpEntry.model_validate(d)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise SpecError(err["msg"], file=str(path),
-                            key=f"graphs.{graph}.{name}.{'.'.join(map(str, err['loc']))}",
-                            value=err.get("input")) from None
+        e = _entry(_OpEntry, d, path, f"graphs.{graph}.{name}")
         tms = {i: d[f"input_{i}_tms"] for i in range(len(e.inputs)) if d.get(f"input_{i}_tms")}
         ops[name] = NetOp(name, graph, spatial, temporal, e.type, e.grid_size, e.grid_loc, e.t,
                           e.mblock, e.ublock, e.inputs, [i in dram for i in e.inputs],
