@@ -218,3 +218,21 @@ def test_items_by_hand_for_a_two_stage_pipeline():
     # the bubble: (p−1)/m of the slowest stage's busy time
     busy = sum(it.time_s for it in e.items if it.category in ("compute", "tp_comm", "p2p"))
     assert by[("pipeline bubble", "bubble")].time_s == pytest.approx(busy / nmb)
+
+
+def test_cross_key_errors_name_the_rule_without_echoing_the_config(tmp_path):
+    cfg = tmp_path / "bad.yml"
+    cfg.write_text("model: {layers: 4, hidden: 512, heads: 6, seq_len: 128}\n"
+                   "training: {global_batch: 8}\n")
+    with pytest.raises(SpecError) as exc:
+        load_config(cfg)
+    msg = str(exc.value)
+    assert "hidden 512 is not divisible by heads 6" in msg and "bad.yml" in msg
+    assert "seq_len" not in msg and "Value error" not in msg
+
+
+def test_json_has_no_infinity_for_a_device_without_a_memory_size():
+    e = estimate_step(load_config("llama2-7b"))
+    e.memory_limit_gib = float("inf")  # a device outside the catalog
+    doc = json.loads(json.dumps(e.as_json(), allow_nan=False))
+    assert doc["memory_limit_gib"] is None and doc["fits"] is True

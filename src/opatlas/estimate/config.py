@@ -238,4 +238,8 @@ def validate_config(data: dict[str, Any], path: str | Path,
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or None
-        raise SpecError(err["msg"], file=str(path), key=key, value=err.get("input")) from None
+        value = err.get("input")
+        # a rule across keys (heads vs tp, ...) names the keys itself: no echo of the mapping
+        value = None if isinstance(value, dict) else value
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise SpecError(msg, file=str(path), key=key, value=value) from None

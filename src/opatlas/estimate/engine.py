@@ -64,7 +64,10 @@ class Estimate:
                "parallel": layout_json(self.config),
                "step_time_s": self.step_time_s, "breakdown": self.breakdown,
                "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
-               "memory_gib": self.memory_gib, "memory_limit_gib": self.memory_limit_gib,
+               "memory_gib": self.memory_gib,
+               # null for a device outside the catalog, whose memory size nothing states
+               "memory_limit_gib": (self.memory_limit_gib if math.isfinite(self.memory_limit_gib)
+                                    else None),
                "memory_breakdown_gib": {k: v / GiB for k, v in vars(self.memory).items()},
                "fits": self.fits, "layers_per_stage": self.stages, "notes": self.notes,
                "items": [it.as_json() for it in self.items]}

@@ -102,7 +102,7 @@ def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
     names the overrides in play rather than echoing the whole config."""
     if exc.key is not None and exc.key in override_keys(sets):
         return SpecError(exc.detail, file=SET_SOURCE, key=exc.key, value=exc.value)
-    if exc.key is None and isinstance(exc.value, dict):
+    if exc.key is None:  # a rule across keys (validate_config no longer echoes the mapping)
         given = f" (with --set {' --set '.join(sets)})" if sets else ""
         return SpecError(exc.detail + given, file=exc.file)
     return exc
