@@ -1,12 +1,13 @@
-"""Analyzer: a 100k-event profiler trace (goal ≤ 10 s and ≤ 2 GB), and the best layout of the
-1,728-layout search (llemma_7b_4_2_2_P on 64 GPUs), each analysed in process; peak memory is
-measured in a fresh child process doing the same."""
+"""Analyzer: a 100k-event profiler trace (goal ≤ 10 s and ≤ 2 GB), and the best layout of a
+64-GPU search (llama2-7b's 1,728 layouts, llemma_7b_4_2_2_P's 984), each analysed in process;
+peak memory is measured in a fresh child process doing the same."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from opatlas.analyze import api
@@ -34,8 +35,9 @@ def test_trace_of_100k_events(benchmark, tmp_path):
                                 peak_rss_mb=_peak_rss_mb(str(path)))
 
 
-def test_best_layout_of_the_search(benchmark, tmp_path):
-    cfg = load_config("llemma_7b_4_2_2_P")
+@pytest.mark.parametrize("name", ["llama2-7b", "llemma_7b_4_2_2_P"])
+def test_best_layout_of_the_search(benchmark, tmp_path, name):
+    cfg = load_config(name)
     best, n, _ = search(cfg, 64, 1)
     path = tmp_path / "best.yml"
     path.write_text(yaml.safe_dump(best[0].config.model_dump()))
