@@ -10,8 +10,10 @@
    worker too, which isolates the engine's cost from CPU contention on a 2-core machine.
 2. The driver's memory over a long sweep on an in-process simulated backend (no device work),
    ``OPATLAS_BENCH_RAY_MEMORY_N`` vectors (default 100,000; RESULTS.md says what was run):
-   RSS sampled every 0.5 s from before the expansion to the end, and what DuckDB's own buffers
-   hold at the end (the store's growth, which the local runner has too).
+   RSS sampled every 0.5 s from before the expansion to the end (phases: recording the sweep
+   batch by batch, then the dispatch, which expands the vectors again as chunks are taken),
+   what DuckDB's own buffers hold at the end and the store's memory limit then
+   (``OPATLAS_STORE_MEMORY_LIMIT``, 256 MB unless set; raised only if its indexes need it).
 
 Run: ``pytest benchmarks/bench_ray.py --benchmark-only -s`` (prints the tables).
 """
@@ -180,19 +182,21 @@ def test_driver_memory_over_a_long_simulated_sweep(benchmark, cluster, sim_modul
     sampler = RssSampler()
     done: list[float] = []
     duckdb_mb: list[float] = []  # what the store's own buffers hold at the end
+    limit: list[int | None] = []  # the store's memory limit at the end (it grows if needed)
 
     def run():
         sampler.start()
         with Store(tmp_path / "long.duckdb") as st:
             sampler.phase = "expand+record"
-            vectors = prepare_run(spec, st, cfg)
+            plan = prepare_run(spec, st, cfg)
             sampler.phase = "dispatch"
-            dispatcher = RayDispatcher(ray, st, spec, vectors, cfg,
+            dispatcher = RayDispatcher(ray, st, plan, cfg,
                                        RayConfig(chunk=256, resource="CPU"),
                                        on_result=lambda r: done.append(time.monotonic()))
             summary = dispatcher.run()
             duckdb_mb.append(st.con.execute(
                 "SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()[0][0] / 2**20)
+            limit.append(st.memory_limit)
         sampler.stop.set()
         sampler.join()
         return summary
@@ -201,11 +205,16 @@ def test_driver_memory_over_a_long_simulated_sweep(benchmark, cluster, sim_modul
     assert summary.ran == MEMORY_N
     dispatch = [rss for _, phase, rss in sampler.samples if phase == "dispatch"]
     before = [rss for _, phase, rss in sampler.samples if phase == "start"]
+    recording = [rss for _, phase, rss in sampler.samples if phase == "expand+record"]
     blocks_dispatch = [b for (_, phase, _), b in zip(sampler.samples, sampler.blocks, strict=False)
                        if phase == "dispatch"]
     quarter = max(1, len(dispatch) // 4)
     stats = {"vectors": MEMORY_N, "rss_before_mb": before[0] if before else None,
              "rss_peak_mb": max(rss for *_, rss in sampler.samples),
+             "expand_record_peak_mb": max(recording, default=0.0),
+             "dispatch_start_mb": dispatch[0] if dispatch else 0.0,
+             "dispatch_end_mb": dispatch[-1] if dispatch else 0.0,
+             "duckdb_limit_mb": (limit[0] or 0) / 2**20,
              "dispatch_first_quarter_mb": max(dispatch[:quarter]),
              "dispatch_last_quarter_mb": max(dispatch[-quarter:]),
              "dispatch_s": done[-1] - done[0] if len(done) > 1 else 0.0,

@@ -187,8 +187,8 @@ def test_a_removed_node_loses_nothing_and_records_nothing_twice(cluster, tmp_pat
                 cluster.remove_node(node)
 
     with Store(tmp_path / "rm.duckdb") as st:
-        vectors = prepare_run(spec, st, cfg)
-        dispatcher = RayDispatcher(ray, st, spec, vectors, cfg,
+        plan = prepare_run(spec, st, cfg)
+        dispatcher = RayDispatcher(ray, st, plan, cfg,
                                    RayConfig(resource="FAKEDEV", chunk=8, start_timeout_s=120),
                                    on_result=remove_first_reporting_node)
         summary = dispatcher.run()
@@ -266,3 +266,30 @@ def test_an_address_nobody_answers_is_one_clear_error():
     with pytest.raises(OpatlasError, match=r"--address 127\.0\.0\.1:1: nothing answers there"):
         check_reachable("127.0.0.1:1")
     check_reachable("auto")  # left to Ray
+
+
+def test_chunks_are_taken_lazily_and_retried_ones_go_first():
+    """A device type's queue reads the expansion chunk by chunk (one ahead), not all at once."""
+    from opatlas.run.plan import Work
+    from opatlas.run.ray_executor import _Chunk, _ChunkQueue
+    from opatlas.sweep import Vector
+
+    read: list[int] = []
+
+    def batches():
+        for b in range(3):
+            read.append(b)
+            yield [Vector.make("noop", {"i": 10 * b + k}, 10 * b + k) for k in range(10)]
+
+    queue = _ChunkQueue("dev", Work(total=30, todo=30, batches=batches()), size=4)
+    assert read == [0]  # one chunk read ahead: the first batch only
+    first = queue.pop()
+    assert [v.index for v in first.vectors] == [0, 1, 2, 3] and read == [0]
+    queue.again.appendleft(_Chunk("dev", first.vectors, attempts=1))
+    assert queue.pop().attempts == 1  # a chunk to run again goes before new ones
+    sizes = []
+    while queue:
+        sizes.append(len(queue.pop().vectors))
+    assert sizes == [4, 4, 4, 4, 4, 4, 2] and read == [0, 1, 2]  # chunks span the batches
+    with pytest.raises(IndexError):
+        queue.pop()

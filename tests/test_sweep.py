@@ -152,3 +152,142 @@ def test_gpu_session_script_dry_run_on_cpu(tmp_path):
         res = st.results()
     assert len(res) == 4 and set(res["dtype"]) == {"bf16", "fp16"}  # 2 vectors × fwd, bwd
     assert (res["status"] == "ok").all()
+
+
+# -- streaming expansion (issue 15: the driver never holds the whole sweep) -------------------
+
+def _old_expand(spec, parts=1, part=1, where=None):
+    """The expansion as it was before it streamed (materialise, group into suites, downsample
+    each, sort by grid index): the reference the stream must match exactly."""
+    from collections import Counter
+
+    from opatlas.expressions import Expression
+    from opatlas.ops import get_op
+    from opatlas.sweep.expand import Vector, _invalid_reason, grid, in_part
+
+    op, fixed = get_op(spec.op)
+    constraints = [Expression.parse(c) for c in spec.constraints]
+    select = Expression.parse(where) if where else None
+    invalid, invalid_vectors, suites = Counter(), [], {}
+    for i, raw in enumerate(grid(spec)):
+        if not in_part(i, parts, part) or (select is not None and not select(raw)):
+            continue
+        vec = Vector.make(spec.op, raw, i)
+        reason = _invalid_reason(op, fixed, raw, constraints)
+        if reason is not None:
+            invalid[reason] += 1
+            invalid_vectors.append((vec, reason))
+            continue
+        suites.setdefault(tuple(raw.get(k) for k in spec.suite_by), []).append(vec)
+    vectors = []
+    for members in suites.values():
+        kept = members
+        while spec.max_per_suite is not None and len(kept) > spec.max_per_suite:
+            kept = kept[1::2]
+        vectors.extend(kept)
+        if len(kept) < len(members):
+            invalid["downsampled"] += len(members) - len(kept)
+    vectors.sort(key=lambda v: v.index)
+    return vectors, invalid_vectors, invalid
+
+
+FILTERED = {"name": "filtered", "op": "linear",
+            "params": {"mp": [1, 2, 4], "b": [1, 2, 3], "l": list(range(128, 1153, 128)),
+                       "dim": [256, 384, 512, 1024]},
+            "constraints": ["dim % (mp * 128) == 0", "l * b <= 2048"],
+            "suite_by": ["mp", "b"], "max_per_suite": 5}
+
+
+@given(parts=st.integers(1, 5), batch=st.sampled_from([1, 7, 64, 20_000]))
+def test_streamed_ids_and_parts_are_those_of_the_old_expansion(parts, batch):
+    """Same ids, grid indices (hence --parts assignment), order, invalid vectors and reasons,
+    with a where-filter, constraints and per-suite downsampling, whatever the batch size."""
+    from opatlas.sweep import VectorStream
+
+    spec = spec_from_mapping(FILTERED)
+    where = "l != 384 and dim >= 384"
+    assert _old_expand(spec, where=where)[2]["downsampled"] > 0  # the suites are exercised
+    for part in range(1, parts + 1):
+        old_vectors, old_invalid, old_counts = _old_expand(spec, parts, part, where)
+        stream = VectorStream(spec, parts=parts, part=part, where=where, keep_invalid=True,
+                              batch_size=batch)
+        batches = list(stream)
+        vectors = [v for b in batches for v in b.vectors]
+        invalid = [(v, r) for b in batches for v, r in b.invalid]
+        assert [(v.index, v.id) for v in vectors] == [(v.index, v.id) for v in old_vectors]
+        assert [(v.index, v.id, r) for v, r in invalid] == \
+            [(v.index, v.id, r) for v, r in old_invalid]
+        assert stream.invalid == old_counts and stream.valid == len(old_vectors)
+        assert all(len(b) <= max(batch, 1) for b in batches[:-1])
+        whole = expand(spec, parts=parts, part=part, where=where, keep_invalid=True)
+        assert [v.id for v in whole.vectors] == [v.id for v in vectors]
+        assert expand(spec, parts=parts, part=part, where=where,
+                      materialize=False).summary() == whole.summary()
+
+
+def test_reshard_stream_has_the_old_ids():
+    """Digests of (index, id) taken from the expansion before it streamed."""
+    from opatlas.sweep.builtin import builtin_spec
+
+    def digest(e):
+        h = hashlib.sha256()
+        for v in e.vectors:
+            h.update(f"{v.index}:{v.id};".encode())
+        return len(e.vectors), h.hexdigest()[:16]
+
+    rs = builtin_spec("reshard")
+    one = expand(rs, where="input_core_grid == '1x1' and output_core_grid in ('2x1', '1x2')")
+    assert digest(one) == (2314, "9a417cdcb8da4741")
+    assert one.summary()["invalid"] == {"Output tensor cannot be tiled": 560250,
+                                        "Will not fit in L1": 413742, "downsampled": 16208,
+                                        "ignore": 123504}
+    assert digest(expand(rs, where="input_core_grid in ('2x2', '1x1') and output_core_grid == "
+                                   "'1x2'", parts=3, part=2)) == (703, "d6d9f8443ca40686")
+
+
+@given(n=st.integers(0, 5000), max_count=st.integers(1, 2000))
+def test_thinning_one_at_a_time_is_the_every_other_rule(n, max_count):
+    from opatlas.sweep.expand import SuiteThinner
+
+    def reference(items):  # the seed's loop
+        items = list(items)
+        while len(items) > max_count:
+            del items[::2]
+        return items
+
+    thinner = SuiteThinner({"s": n}, max_count)
+    kept = [i for i in range(n) if thinner.keep("s")]
+    assert kept == reference(range(n)) == downsample(list(range(n)), max_count)
+
+
+def test_streaming_memory_is_bounded_by_the_batch():
+    """60,000 vectors in batches of 5,000 peak at a few MB; the list would take ~25 MB."""
+    import tracemalloc
+
+    from opatlas.sweep import VectorStream
+
+    spec = spec_from_mapping({"name": "n", "op": "noop", "params": {"i": list(range(60_000))}})
+    stream = VectorStream(spec, batch_size=5000)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        count = sum(len(b.vectors) for b in stream)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert count == stream.valid == 60_000
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MB"
+
+
+def test_a_bad_selection_fails_before_anything_is_expanded():
+    import pytest
+
+    from opatlas.errors import OpatlasError
+    from opatlas.expressions import ExpressionError
+    from opatlas.sweep import VectorStream
+
+    spec = spec_from_mapping(SPEC)
+    with pytest.raises(OpatlasError, match=r"--part must be in 1\.\.2, got 3"):
+        VectorStream(spec, parts=2, part=3)
+    with pytest.raises(ExpressionError, match="dim >"):
+        VectorStream(spec, where="dim >")

@@ -1,12 +1,14 @@
 """``--executor ray``: one sweep over many machines, every device busy, one store.
 
-The driver (this process) expands the spec, starts one :class:`DeviceWorker` actor per device
-of the cluster, and streams chunks of vectors to them, at most ``in_flight_per_worker`` chunks
-per actor (backpressure: a 2.9M-vector sweep never becomes 2.9M pending tasks). Results come
-back as they finish (``ray.wait``) and only the driver writes the DuckDB store, in batched
-transactions. An actor that dies (its node removed, its process killed) loses nothing: its
-unfinished chunks go back to the queue and run on another actor; the store ignores rows it
-already holds, so nothing is recorded twice. A driver killed mid-run resumes from the store.
+The driver (this process) records the spec's vectors in the store batch by batch, starts one
+:class:`DeviceWorker` actor per device of the cluster, and streams chunks of vectors to them,
+at most ``in_flight_per_worker`` chunks per actor, expanding them again as they are taken
+(backpressure: a 2.9M-vector sweep never becomes 2.9M pending tasks, nor 2.9M vectors in the
+driver's memory). Results come back as they finish (``ray.wait``) and only the driver writes
+the DuckDB store, in batched transactions. An actor that dies (its node removed, its process
+killed) loses nothing: its unfinished chunks go back to the queue and run on another actor; the
+store ignores rows it already holds, so nothing is recorded twice. A driver killed mid-run
+resumes from the store.
 
 Why actors and not tasks: an actor holds its device for the whole sweep, so the backend, the
 CUDA context or the Tenstorrent device, and the guarded worker process stay warm across chunks.
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from opatlas.errors import OpatlasError
+from opatlas.run.plan import SweepPlan, Work
 from opatlas.run.progress import Progress
 from opatlas.run.ray_worker import ChunkResult, DeviceWorker, WorkerInfo, wire_vectors
 from opatlas.run.records import ResultWriter, RowBuilder
@@ -40,7 +43,6 @@ from opatlas.run.runner import (
     RunConfig,
     RunSummary,
     measurement,
-    pending_vectors,
     prepare_run,
 )
 from opatlas.run.worker import Outcome
@@ -179,17 +181,45 @@ class _Chunk:
     last_error: str = ""
 
 
+class _ChunkQueue:
+    """A device type's chunks: those to run again first, then the next ones of its
+    :class:`Work`, expanded only as they are taken (one chunk is read ahead, to know whether
+    any is left)."""
+
+    def __init__(self, device: str, work: Work, size: int) -> None:
+        self.device = device
+        self.again: deque[_Chunk] = deque()
+        self._source = work.chunks(size)
+        self._next = self._read()
+
+    def _read(self) -> _Chunk | None:
+        vectors = next(self._source, None)
+        return None if vectors is None else _Chunk(self.device, vectors)
+
+    def __bool__(self) -> bool:
+        return bool(self.again) or self._next is not None
+
+    def pop(self) -> _Chunk:
+        if self.again:
+            return self.again.popleft()
+        chunk = self._next
+        if chunk is None:
+            raise IndexError("no chunk left")
+        self._next = self._read()
+        return chunk
+
+
 class RayDispatcher:
     """Streams chunks to device actors and their results into the store."""
 
-    def __init__(self, ray: Any, store: Store, spec: SweepSpec, vectors: Sequence[Vector],
-                 config: RunConfig, ray_config: RayConfig,
+    def __init__(self, ray: Any, store: Store, plan: SweepPlan, config: RunConfig,
+                 ray_config: RayConfig,
                  on_result: Callable[[ChunkResult], None] | None = None) -> None:
         """``on_result`` is called with every chunk's result once it is recorded."""
         self.on_result = on_result
-        self.ray, self.store, self.spec, self.vectors = ray, store, spec, vectors
+        self.ray, self.store, self.plan, self.spec = ray, store, plan, plan.spec
         self.cfg, self.rcfg = config, ray_config
-        self.how: Measurement = measurement(spec, config)
+        self.how: Measurement = measurement(plan.spec, config)
         self.resource = device_resource(config.backend, ray_config.resource)
         _, names = shipped_ops_modules(config.ops_modules)
         options = actor_resources(self.resource, ray_config.devices_per_task)
@@ -199,7 +229,8 @@ class RayDispatcher:
         self.slots: dict[Any, _Slot] = {}       # actor id -> live actor
         self.starting: dict[Any, Any] = {}      # info() ref -> actor handle
         self.in_flight: dict[Any, tuple[_Slot, _Chunk]] = {}
-        self.queues: dict[str, deque[_Chunk]] = {}
+        self.queues: dict[str, _ChunkQueue] = {}
+        self.todo = 0  # vectors to run, over every device type found so far
         self.groups: dict[str, WorkerInfo] = {}  # device name -> the first worker's info
         self.summary = RunSummary()
         self.start_errors: list[str] = []
@@ -246,15 +277,13 @@ class RayDispatcher:
         """The first worker of a device type: what that device still has to run (resume)."""
         self.groups[info.device] = info
         self.writer.flush()
-        todo = pending_vectors(self.store, self.vectors, self.cfg.backend, info.device,
-                               self.cfg.retry_failed)
-        self.summary.total += len(self.vectors)
-        self.summary.skipped += len(self.vectors) - len(todo)
-        size = max(1, self.rcfg.chunk)
-        self.queues[info.device] = deque(_Chunk(info.device, todo[i:i + size])
-                                         for i in range(0, len(todo), size))
+        work = self.plan.work(self.store, self.cfg.backend, info.device, self.cfg.retry_failed)
+        self.summary.total += work.total
+        self.summary.skipped += work.skipped
+        self.todo += work.todo
+        self.queues[info.device] = _ChunkQueue(info.device, work, max(1, self.rcfg.chunk))
         if self.progress is not None:
-            self.progress.grow(len(todo))
+            self.progress.grow(work.todo)
 
     def _drop(self, slot: _Slot) -> None:
         self.slots.pop(_key(slot.handle), None)
@@ -268,7 +297,7 @@ class RayDispatcher:
         for slot in list(self.slots.values()):
             queue = self.queues.get(slot.info.device)
             while queue and slot.in_flight < limit:
-                chunk = queue.popleft()
+                chunk = queue.pop()
                 ref = slot.handle.run_chunk.remote(wire_vectors(chunk.vectors))
                 self.in_flight[ref] = (slot, chunk)
                 slot.in_flight += 1
@@ -291,7 +320,7 @@ class RayDispatcher:
         chunk.last_error = error
         self.summary.retried_chunks += 1
         if chunk.attempts < self.rcfg.chunk_attempts:
-            self.queues[chunk.device].appendleft(chunk)
+            self.queues[chunk.device].again.appendleft(chunk)
             return
         info = self.groups[chunk.device]  # recorded, never dropped: say why
         builder = RowBuilder(self.cfg.backend, info.device, info.versions_json)
@@ -342,9 +371,8 @@ class RayDispatcher:
         t0 = time.monotonic()
         try:
             self._wait_for_first_worker()
-            todo = sum(len(c.vectors) for q in self.queues.values() for c in q)
-            with self.writer, Progress(todo, label=f"{self.spec.name} on {self.cfg.backend} (ray)",
-                                       interactive=self.cfg.interactive,
+            label = f"{self.spec.name} on {self.cfg.backend} (ray)"
+            with self.writer, Progress(self.todo, label=label, interactive=self.cfg.interactive,
                                        log_every=self.cfg.log_every) as self.progress:
                 self._loop()
         finally:
@@ -422,10 +450,10 @@ def run_spec_ray(spec: SweepSpec, store: Store, config: RunConfig | None = None,
     ray = import_ray()
     config = config or RunConfig()
     ray_config = ray_config or RayConfig()
-    vectors = prepare_run(spec, store, config, parts=parts, part=part, where=where)
+    plan = prepare_run(spec, store, config, parts=parts, part=part, where=where)
     started = connect(ray, ray_config, shipped_ops_modules(config.ops_modules)[0])
     try:
-        return RayDispatcher(ray, store, spec, vectors, config, ray_config).run()
+        return RayDispatcher(ray, store, plan, config, ray_config).run()
     finally:
         if started:
             ray.shutdown()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -12,12 +11,13 @@ from typing import Any
 from opatlas.backends import get_backend
 from opatlas.errors import OpatlasError
 from opatlas.ops import get_op, load_ops_module
+from opatlas.run.plan import SweepPlan, record_sweep
 from opatlas.run.progress import Progress
 from opatlas.run.records import ResultWriter, RowBuilder
 from opatlas.run.worker import InProcess, open_worker
 from opatlas.spec import SweepSpec
 from opatlas.store import Store
-from opatlas.sweep import Vector, canonical_json, expand, vector_id
+from opatlas.sweep import canonical_json
 
 FAILED = ("error", "oom", "timeout", "crash")
 
@@ -84,19 +84,6 @@ def measurement(spec: SweepSpec, cfg: RunConfig) -> Measurement:
                        spec.warmup if cfg.warmup is None else cfg.warmup, cfg.timeout_s)
 
 
-def pending_vectors(store: Store, vectors: Sequence[Vector], backend: str, device: str,
-                    retry_failed: bool = False) -> list[Vector]:
-    """The vectors the store does not hold yet for (backend, device): what a resumed run does.
-    With ``retry_failed``, failed ones (error/oom/timeout/crash) are run again."""
-    skip = store.done_vector_ids(backend, device,
-                                 statuses=("ok", "invalid") if retry_failed else None)
-    return [v for v in vectors if v.id not in skip]
-
-
-def sweep_id(spec: SweepSpec) -> str:
-    return vector_id("sweep", json.loads(spec.model_dump_json()))
-
-
 class Runner:
     """Runs vectors of one spec on one backend and records every outcome in the store."""
 
@@ -109,11 +96,12 @@ class Runner:
         self.device = self.backend.device_name()
         self.versions = canonical_json(self.backend.versions())
 
-    def run(self, spec: SweepSpec, vectors: Sequence[Vector]) -> RunSummary:
-        cfg = self.config
+    def run(self, plan: SweepPlan) -> RunSummary:
+        """Run what the store does not hold yet of ``plan`` (all of it on a fresh store)."""
+        cfg, spec = self.config, plan.spec
         how = measurement(spec, cfg)
-        todo = pending_vectors(self.store, vectors, cfg.backend, self.device, cfg.retry_failed)
-        summary = RunSummary(total=len(vectors), skipped=len(vectors) - len(todo))
+        work = plan.work(self.store, cfg.backend, self.device, cfg.retry_failed)
+        summary = RunSummary(total=work.total, skipped=work.skipped)
         worker = open_worker(self.backend, cfg.backend, cfg.ops_modules, cfg.backend_options)
         builder = RowBuilder(cfg.backend, self.device, self.versions)
         in_process = isinstance(worker, InProcess)
@@ -121,9 +109,9 @@ class Runner:
                               cfg.flush_seconds)
         t0 = time.monotonic()
         try:
-            with writer, Progress(len(todo), label=f"{spec.name} on {cfg.backend}",
+            with writer, Progress(work.todo, label=f"{spec.name} on {cfg.backend}",
                                   interactive=cfg.interactive, log_every=cfg.log_every) as progress:
-                for vec in todo:
+                for vec in work.vectors():
                     outcome = worker.run(vec.op, vec.params, how.passes, how.repeats, how.warmup,
                                          how.timeout_s)
                     writer.add(builder.rows(vec, how.passes, outcome))
@@ -138,19 +126,18 @@ class Runner:
 
 
 def prepare_run(spec: SweepSpec, store: Store, config: RunConfig, *, parts: int = 1,
-                part: int = 1, where: str | None = None) -> list[Vector]:
-    """Expand ``spec`` (this part, this selection) and record the sweep; its valid vectors."""
+                part: int = 1, where: str | None = None) -> SweepPlan:
+    """Cap the store's memory for the sweep, then expand ``spec`` (this part, this selection)
+    into the store batch by batch: the plan that both executors run."""
     for m in config.ops_modules:
         load_ops_module(m)
-    expansion = expand(spec, parts=parts, part=part, where=where, keep_invalid=True)
-    store.add_sweep(sweep_id(spec), spec.name, spec.op, spec.source, spec.model_dump_json(),
-                    expansion.vectors, expansion.invalid_vectors)
-    return expansion.vectors
+    store.limit_memory()
+    return record_sweep(spec, store, parts=parts, part=part, where=where)
 
 
 def run_spec(spec: SweepSpec, store: Store, config: RunConfig | None = None, *,
              parts: int = 1, part: int = 1, where: str | None = None) -> RunSummary:
     """Expand ``spec`` (this part, this selection), record the sweep, run what is not done."""
     config = config or RunConfig()
-    vectors = prepare_run(spec, store, config, parts=parts, part=part, where=where)
-    return Runner(store, config).run(spec, vectors)
+    plan = prepare_run(spec, store, config, parts=parts, part=part, where=where)
+    return Runner(store, config).run(plan)

@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
+import numpy as np
 import pandas as pd
+import psutil
 
 from opatlas.errors import StoreError
+from opatlas.store.keys import KEY_HEX_CHARS, keys_from_halves
 from opatlas.sweep import Vector, params_json
+
+T = TypeVar("T")
 
 DEFAULT_STORE = "opatlas.duckdb"
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "invalid", "error", "oom", "timeout", "crash")
+MEMORY_LIMIT_ENV = "OPATLAS_STORE_MEMORY_LIMIT"
+DEFAULT_MEMORY_LIMIT = "256MB"
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -78,6 +89,31 @@ class ResultRow:
         return tuple(d[c] for c in RESULT_COLUMNS)
 
 
+def parse_size(text: str, what: str = "size") -> int:
+    """Bytes in a size such as ``256MB``, ``1.5 GiB`` or ``1000000`` (bytes)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise StoreError(f"{what} {text!r}: expected a size such as 256MB or 1GiB, or none")
+    nbytes = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if nbytes < 2**20:
+        raise StoreError(f"{what} {text!r}: too small for DuckDB (at least 1 MiB)")
+    return nbytes
+
+
+_VECTOR_COLUMNS = ["sweep_id", "vector_id", "idx", "op", "params_json", "valid", "reason"]
+_INSERT_VECTORS = "INSERT OR IGNORE INTO vectors SELECT * FROM _new_vectors"
+
+
+def _vector_frame(sweep_id: str, vectors: Sequence[Vector],
+                  invalid: Sequence[tuple[Vector, str]]) -> pd.DataFrame:
+    """Rows of the ``vectors`` table: valid vectors, then invalid ones with their reasons."""
+    rows = [(sweep_id, v.id, v.index, v.op, params_json(v.params), True, None)
+            for v in vectors]
+    rows += [(sweep_id, v.id, v.index, v.op, params_json(v.params), False, reason)
+             for v, reason in invalid]
+    return pd.DataFrame(rows, columns=_VECTOR_COLUMNS)
+
+
 def _looks_like_duckdb(path: Path) -> bool:
     with path.open("rb") as fh:
         head = fh.read(16)
@@ -89,6 +125,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE, *, read_only: bool = False):
         self.path = Path(path)
+        self.memory_limit: int | None = None  # bytes, when set by limit_memory
         if self.path.exists() and self.path.stat().st_size > 0 and not _looks_like_duckdb(self.path):
             raise StoreError(f"{self.path} is not a DuckDB file; refusing to open it "
                              f"(it was left untouched)")
@@ -141,20 +178,24 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------
     def add_sweep(self, sweep_id: str, name: str, op: str, source: str, spec_json: str,
-                  vectors: Sequence[Vector], invalid: Sequence[tuple[Vector, str]] = ()) -> None:
-        rows = [(sweep_id, v.id, v.index, v.op, params_json(v.params), True, None)
-                for v in vectors]
-        rows += [(sweep_id, v.id, v.index, v.op, params_json(v.params), False, reason)
-                 for v, reason in invalid]
-        with self.transaction():
+                  vectors: Sequence[Vector] = (), invalid: Sequence[tuple[Vector, str]] = ()
+                  ) -> None:
+        """Record a sweep (once), with these of its vectors (a run adds the rest batch by batch
+        with :meth:`add_vectors`)."""
+        def write() -> None:
             self.con.execute("INSERT OR IGNORE INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",
                              [sweep_id, name, op, source, spec_json, datetime.now()]).fetchall()
-            if rows:
-                df = pd.DataFrame(rows, columns=["sweep_id", "vector_id", "idx", "op",
-                                                 "params_json", "valid", "reason"])
-                self.con.register("_new_vectors", df)
-                self.con.execute("INSERT OR IGNORE INTO vectors SELECT * FROM _new_vectors").fetchall()
-                self.con.unregister("_new_vectors")
+            self.con.execute(_INSERT_VECTORS).fetchall()
+
+        self._write(write, _new_vectors=_vector_frame(sweep_id, vectors, invalid))
+
+    def add_vectors(self, sweep_id: str, vectors: Sequence[Vector],
+                    invalid: Sequence[tuple[Vector, str]] = ()) -> None:
+        """Record one batch of a sweep's vectors (valid, and invalid with their reasons) in one
+        transaction; vectors the store holds already are ignored."""
+        if vectors or invalid:
+            self._write(lambda: self.con.execute(_INSERT_VECTORS).fetchall(),
+                        _new_vectors=_vector_frame(sweep_id, vectors, invalid))
 
     def add_results(self, rows: Iterable[ResultRow]) -> int:
         """Insert rows in one transaction; rows already present are ignored. Returns the count
@@ -165,15 +206,76 @@ class Store:
         return self._insert_results_df(df)
 
     def _insert_results_df(self, df: pd.DataFrame) -> int:
-        with self.transaction():
+        cols = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
+
+        def write() -> int:
             before = self._scalar("SELECT count(*) FROM results")
-            self.con.register("_new_results", df[list(RESULT_COLUMNS)])
-            cols = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
             self.con.execute(f"INSERT OR IGNORE INTO results ({cols}) "
                              f"SELECT {cols} FROM _new_results").fetchall()
-            self.con.unregister("_new_results")
-            after = self._scalar("SELECT count(*) FROM results")
-        return int(after - before)
+            return int(self._scalar("SELECT count(*) FROM results") - before)
+
+        return self._write(write, _new_results=df[list(RESULT_COLUMNS)])
+
+    def _write(self, fn: Callable[[], T], **views: pd.DataFrame) -> T:
+        """``fn`` in one transaction, with ``views`` registered (by name) around it. When DuckDB
+        runs out of its memory limit, the transaction was rolled back: it runs again
+        (:meth:`_with_memory`), so nothing is lost or written twice."""
+        return self._with_memory(lambda: self._in_transaction(fn, views))
+
+    def _in_transaction(self, fn: Callable[[], T], views: dict[str, pd.DataFrame]) -> T:
+        """Views are registered outside the transaction: an aborted one could not drop them."""
+        for name, df in views.items():
+            self.con.register(name, df)
+        try:
+            with self.transaction():
+                return fn()
+        finally:
+            for name in views:
+                self.con.unregister(name)
+
+    def _with_memory(self, fn: Callable[[], T]) -> T:
+        """``fn()``, run again with a higher memory limit while DuckDB runs out of it.
+
+        DuckDB cannot evict index nodes (not even after reopening the store: inserts read
+        them all back), so a long sweep's primary keys outgrow any fixed limit; failing the
+        sweep then would be worse than growing."""
+        while True:
+            try:
+                return fn()
+            except duckdb.OutOfMemoryException:
+                if not self._raise_memory_limit():
+                    raise
+
+    # -- memory -------------------------------------------------------------------------------
+    def limit_memory(self, limit: str | None = None) -> None:
+        """Cap DuckDB's buffer cache for a long sweep, so that the driver's memory does not
+        grow with the results table: ``limit`` (e.g. ``"256MB"``), else the environment's
+        ``OPATLAS_STORE_MEMORY_LIMIT``, else 256 MB; ``none`` keeps DuckDB's default (80% of
+        RAM). The limit only bounds what DuckDB can evict; it doubles when its indexes need
+        more (:meth:`_write`)."""
+        text = (limit or os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT).strip()
+        if text.lower() == "none":
+            self.con.execute("RESET memory_limit").fetchall()
+            self.memory_limit = None
+            return
+        self._set_memory_limit(parse_size(text, MEMORY_LIMIT_ENV if limit is None else "limit"))
+
+    def _set_memory_limit(self, nbytes: int) -> None:
+        self.con.execute(f"SET memory_limit = '{nbytes}B'").fetchall()
+        self.memory_limit = nbytes
+
+    def _raise_memory_limit(self) -> bool:
+        """Double the memory limit (up to 80% of RAM, DuckDB's default); False when no limit
+        was set here or it cannot grow."""
+        ceiling = int(0.8 * psutil.virtual_memory().total)
+        if self.memory_limit is None or self.memory_limit >= ceiling:
+            return False
+        new = min(2 * self.memory_limit, ceiling)
+        print(f"opatlas: the store {self.path.name} needs more than its memory limit of "
+              f"{self.memory_limit / 2**20:,.0f} MB (its indexes stay in memory); raised to "
+              f"{new / 2**20:,.0f} MB ({MEMORY_LIMIT_ENV} sets the start)", file=sys.stderr)
+        self._set_memory_limit(new)
+        return True
 
     # -- reads --------------------------------------------------------------------------------
     def done_vector_ids(self, backend: str, device: str, statuses: Sequence[str] | None = None
@@ -184,6 +286,22 @@ class Store:
             sql += f" AND status IN ({', '.join('?' * len(statuses))})"
             args += list(statuses)
         return {r[0] for r in self.con.execute(sql, args).fetchall()}
+
+    def done_keys(self, backend: str, device: str, statuses: Sequence[str] | None = None
+                  ) -> np.ndarray:
+        """The keys (:mod:`opatlas.store.keys`) of the vectors recorded for (backend, device),
+        sorted; only those with ``statuses`` when given. Read as two 64-bit halves, so a
+        million done vectors cost 16 MB and no Python object each."""
+        half = "try_cast('0x' || substr(vector_id, {}, 16) AS UBIGINT)"
+        sql = (f"SELECT {half.format(1)} AS hi, {half.format(17)} AS lo FROM results "
+               f"WHERE backend = ? AND device = ? AND length(vector_id) >= {KEY_HEX_CHARS}")
+        args: list[Any] = [backend, device]
+        if statuses:
+            sql += f" AND status IN ({', '.join('?' * len(statuses))})"
+            args += list(statuses)
+        sql = f"SELECT hi, lo FROM ({sql}) WHERE hi IS NOT NULL AND lo IS NOT NULL"  # sha224 ids
+        cols = self._with_memory(lambda: self.con.execute(sql, args).fetchnumpy())
+        return keys_from_halves(np.asarray(cols["hi"]), np.asarray(cols["lo"]))
 
     def results(self, *, op: str | None = None, where_sql: str | None = None,
                 expand_params: bool = True, status: str | None = None,

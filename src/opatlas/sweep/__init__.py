@@ -1,9 +1,11 @@
 """Expand a spec into vectors: cartesian product, validity with reasons, suites and
-downsampling, parts, content-hash ids."""
+downsampling, parts, content-hash ids; at once (``expand``) or in batches (``VectorStream``)."""
 
 from opatlas.sweep.expand import (
     Expansion,
+    ExpansionBatch,
     Vector,
+    VectorStream,
     canonical_json,
     downsample,
     expand,
@@ -12,5 +14,5 @@ from opatlas.sweep.expand import (
     vector_id,
 )
 
-__all__ = ["Expansion", "Vector", "canonical_json", "downsample", "expand", "in_part", "params_json",
-           "vector_id"]
+__all__ = ["Expansion", "ExpansionBatch", "Vector", "VectorStream", "canonical_json", "downsample",
+           "expand", "in_part", "params_json", "vector_id"]

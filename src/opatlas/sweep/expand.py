@@ -2,7 +2,8 @@
 
 Order is deterministic: the odometer order of the parameters as written in the spec, the last
 parameter fastest (as estimate-train-time's ``ShapeGenerator``). Grid point ``i`` (0-based, over
-the whole grid) belongs to part ``k`` of ``n`` when ``i % n == k - 1``.
+the whole grid) belongs to part ``k`` of ``n`` when ``i % n == k - 1``. A run reads the
+expansion as a stream of bounded batches (``VectorStream``), never as one list.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import itertools
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -84,10 +85,8 @@ def in_part(index: int, parts: int, part: int) -> bool:
 def downsample(items: list[T], max_count: int) -> list[T]:
     """The reshard rule: while more than ``max_count`` remain, delete every other one
     (``del items[::2]``, i.e. keep the odd positions)."""
-    out = list(items)
-    while len(out) > max_count:
-        del out[::2]
-    return out
+    period = 2 ** downsample_rounds(len(items), max_count)
+    return list(items[period - 1::period])
 
 
 def _check_parts(parts: int, part: int) -> None:
@@ -114,51 +113,160 @@ def grid(spec: SweepSpec) -> Iterator[dict[str, Any]]:
         yield p
 
 
-_EXPANDERS: dict[str, Any] = {}
+DEFAULT_BATCH = 20_000  # grid points per batch: bounded memory, few store transactions
 
 
-def register_expander(spec_name: str, fn: Any) -> None:
-    """A built-in spec too large for the generic loop expands with its own (vectorised) code."""
+@dataclass
+class ExpansionBatch:
+    """A slice of an expansion, in grid order: its valid vectors (none when only counting),
+    how many there are, and its invalid vectors with their reasons (when kept)."""
+
+    vectors: list[Vector] = field(default_factory=list)
+    invalid: list[tuple[Vector, str]] = field(default_factory=list)
+    valid: int = 0
+
+    def __len__(self) -> int:
+        return self.valid + len(self.invalid)
+
+    def extend(self, other: ExpansionBatch) -> None:
+        self.vectors.extend(other.vectors)
+        self.invalid.extend(other.invalid)
+        self.valid += other.valid
+
+
+Expander = Callable[["VectorStream"], Iterator[ExpansionBatch]]
+_EXPANDERS: dict[str, Expander] = {}
+
+
+def register_expander(spec_name: str, fn: Expander) -> None:
+    """A built-in spec too large for the generic loop expands with its own (vectorised) code:
+    ``fn(stream)`` yields the stream's batches and counts the invalid points in
+    ``stream.invalid``."""
     _EXPANDERS[spec_name] = fn
+
+
+class VectorStream:
+    """The expansion of ``spec`` (one part, one selection) in batches of about ``batch_size``
+    vectors, built as they are read: a 1M-vector sweep never sits in memory at once.
+
+    Each iteration expands again from the start, with the same vectors in the same order.
+    After a full iteration, ``valid`` and ``invalid`` hold its counts. ``materialize=False``
+    counts without building the vectors; ``keep_invalid`` keeps invalid ones in the batches.
+    """
+
+    def __init__(self, spec: SweepSpec, *, parts: int = 1, part: int = 1,
+                 where: str | None = None, keep_invalid: bool = False, materialize: bool = True,
+                 batch_size: int = DEFAULT_BATCH) -> None:
+        _check_parts(parts, part)
+        self.spec, self.parts, self.part, self.where = spec, parts, part, where
+        self.select = Expression.parse(where) if where else None  # bad input fails here
+        self.keep_invalid, self.materialize = keep_invalid, materialize
+        self.batch_size = max(1, batch_size)
+        self.invalid: Counter[str] = Counter()
+        self.valid = 0
+
+    def __iter__(self) -> Iterator[ExpansionBatch]:
+        self.invalid = Counter()
+        self.valid = 0
+        expander = _EXPANDERS.get(self.spec.name) if self.spec.source == "builtin" else None
+        pending = ExpansionBatch()
+        for batch in (expander or _expand_generic)(self):
+            self.valid += batch.valid
+            pending.extend(batch)
+            if len(pending) >= self.batch_size:
+                yield pending
+                pending = ExpansionBatch()
+        if len(pending):
+            yield pending
+        if not self.invalid[DOWNSAMPLE_REASON]:
+            del self.invalid[DOWNSAMPLE_REASON]
 
 
 def expand(spec: SweepSpec, *, parts: int = 1, part: int = 1, where: str | None = None,
            keep_invalid: bool = False, materialize: bool = True) -> Expansion:
-    """Expand ``spec``; ``where`` (an expression) selects a subset before validity is judged.
+    """Expand ``spec`` into one list; ``where`` (an expression) selects a subset before
+    validity is judged. A run streams the same expansion instead (:class:`VectorStream`).
 
     Invalid vectors are counted by reason (and kept in ``invalid_vectors`` when asked);
     with ``max_per_suite`` each suite's valid vectors are downsampled by the every-other rule.
-    ``materialize=False`` lets a built-in expander count without building every vector.
+    ``materialize=False`` counts without building every vector.
     """
-    _check_parts(parts, part)
-    if spec.source == "builtin" and spec.name in _EXPANDERS:
-        return _EXPANDERS[spec.name](spec, parts=parts, part=part, where=where,
-                                     keep_invalid=keep_invalid, materialize=materialize)
-    op, fixed = get_op(spec.op)
-    constraints = [Expression.parse(c) for c in spec.constraints]
-    select = Expression.parse(where) if where else None
+    stream = VectorStream(spec, parts=parts, part=part, where=where,
+                          keep_invalid=keep_invalid, materialize=materialize)
     out = Expansion()
-    suites: dict[tuple[Any, ...], list[Vector]] = {}
-    for i, raw in enumerate(grid(spec)):
-        if not in_part(i, parts, part):
-            continue
-        if select is not None and not select(raw):
-            continue
-        vec = Vector.make(spec.op, raw, i)
-        reason = _invalid_reason(op, fixed, raw, constraints)
-        if reason is not None:
-            out.invalid[reason] += 1
-            if keep_invalid:
-                out.invalid_vectors.append((vec, reason))
-            continue
-        suites.setdefault(tuple(raw.get(k) for k in spec.suite_by), []).append(vec)
-    for members in suites.values():
-        kept = members if spec.max_per_suite is None else downsample(members, spec.max_per_suite)
-        out.vectors.extend(kept)
-        if len(kept) < len(members):
-            out.invalid[DOWNSAMPLE_REASON] += len(members) - len(kept)
-    out.vectors.sort(key=lambda v: v.index)
+    for batch in stream:
+        out.vectors.extend(batch.vectors)
+        out.invalid_vectors.extend(batch.invalid)
+    out.invalid = stream.invalid
+    out.valid_override = None if materialize else stream.valid
     return out
+
+
+def downsample_rounds(count: int, max_count: int) -> int:
+    """How many every-other rounds :func:`downsample` makes on ``count`` items (each keeps
+    ``n // 2``)."""
+    rounds = 0
+    while count > max_count:
+        count //= 2
+        rounds += 1
+    return rounds
+
+
+class SuiteThinner:
+    """:func:`downsample` applied one vector at a time, knowing each suite's size up front:
+    after ``r`` rounds the survivors are the positions ``p`` with ``(p + 1) % 2**r == 0``."""
+
+    def __init__(self, sizes: Mapping[Any, int], max_count: int) -> None:
+        self.period = {k: 2 ** downsample_rounds(n, max_count) for k, n in sizes.items()}
+        self.seen: Counter[Any] = Counter()
+
+    def keep(self, suite: Any) -> bool:
+        self.seen[suite] += 1
+        return self.seen[suite] % self.period[suite] == 0
+
+
+def _expand_generic(stream: VectorStream) -> Iterator[ExpansionBatch]:
+    """Grid order; invalid points counted by reason; suites thinned with their sizes from a
+    first, counting pass (only when the spec downsamples)."""
+    spec = stream.spec
+    thinner = None
+    if spec.max_per_suite is not None:
+        sizes = Counter(_suite_key(spec, raw) for _, raw, reason in _judged(stream)
+                        if reason is None)
+        thinner = SuiteThinner(sizes, spec.max_per_suite)
+    batch = ExpansionBatch()
+    for i, raw, reason in _judged(stream):
+        if reason is not None:
+            stream.invalid[reason] += 1
+            if stream.keep_invalid:
+                batch.invalid.append((Vector.make(spec.op, raw, i), reason))
+        elif thinner is not None and not thinner.keep(_suite_key(spec, raw)):
+            stream.invalid[DOWNSAMPLE_REASON] += 1
+        else:
+            batch.valid += 1
+            if stream.materialize:
+                batch.vectors.append(Vector.make(spec.op, raw, i))
+        if len(batch) >= stream.batch_size:
+            yield batch
+            batch = ExpansionBatch()
+    yield batch
+
+
+def _judged(stream: VectorStream) -> Iterator[tuple[int, dict[str, Any], str | None]]:
+    """Every grid point of the stream's part and selection: (index, parameters, why it is
+    invalid or None)."""
+    op, fixed = get_op(stream.spec.op)
+    constraints = [Expression.parse(c) for c in stream.spec.constraints]
+    for i, raw in enumerate(grid(stream.spec)):
+        if not in_part(i, stream.parts, stream.part):
+            continue
+        if stream.select is not None and not stream.select(raw):
+            continue
+        yield i, raw, _invalid_reason(op, fixed, raw, constraints)
+
+
+def _suite_key(spec: SweepSpec, raw: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(raw.get(k) for k in spec.suite_by)
 
 
 def _invalid_reason(op: Any, fixed: Mapping[str, Any], raw: Mapping[str, Any],

@@ -1,0 +1,103 @@
+"""A sweep's vectors as a run sees them, without holding them all: recorded in the store batch
+by batch, then streamed again, less what the store holds already (resume).
+
+Both executors go through here (the local runner and the Ray driver), so a 1M-vector sweep
+costs the driver one batch of vectors plus 16 bytes per vector (their keys, which count the work
+left for the progress bar and its ETA) instead of the whole expanded list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from opatlas.spec import SweepSpec
+from opatlas.store import Store
+from opatlas.store.keys import KEY_DTYPE, contains, vector_keys
+from opatlas.sweep import Vector, VectorStream, vector_id
+from opatlas.sweep.expand import DEFAULT_BATCH
+
+RESUMABLE = ("ok", "invalid")  # what --retry-failed keeps; every other status runs again
+
+
+def sweep_id(spec: SweepSpec) -> str:
+    return vector_id("sweep", json.loads(spec.model_dump_json()))
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """One part and selection of a spec, recorded in the store: ``keys`` are its valid
+    vectors' keys in grid order (what is left to run is counted on them)."""
+
+    spec: SweepSpec
+    parts: int
+    part: int
+    where: str | None
+    keys: np.ndarray
+    batch_size: int = DEFAULT_BATCH
+
+    @property
+    def valid(self) -> int:
+        return len(self.keys)
+
+    def stream(self, *, keep_invalid: bool = False) -> VectorStream:
+        return VectorStream(self.spec, parts=self.parts, part=self.part, where=self.where,
+                            keep_invalid=keep_invalid, batch_size=self.batch_size)
+
+    def work(self, store: Store, backend: str, device: str, retry_failed: bool = False) -> Work:
+        """What (backend, device) still has to run: the vectors the store does not hold yet
+        for it; with ``retry_failed``, failed ones (error/oom/timeout/crash) run again."""
+        done = store.done_keys(backend, device, RESUMABLE if retry_failed else None)
+        todo = int(np.count_nonzero(~contains(done, self.keys)))
+        return Work(total=self.valid, todo=todo, batches=self._pending(done))
+
+    def _pending(self, done: np.ndarray) -> Iterator[list[Vector]]:
+        """The valid vectors again, in order, less those whose key is in ``done``."""
+        for batch in self.stream():
+            if not len(done):
+                yield batch.vectors
+                continue
+            skip = contains(done, vector_keys(v.id for v in batch.vectors))
+            yield [v for v, s in zip(batch.vectors, skip, strict=True) if not s]
+
+
+@dataclass
+class Work:
+    """The vectors one (backend, device) still has to run, expanded as they are taken."""
+
+    total: int  # valid vectors of the plan
+    todo: int   # of which not done yet
+    batches: Iterator[list[Vector]]
+
+    @property
+    def skipped(self) -> int:
+        return self.total - self.todo
+
+    def vectors(self) -> Iterator[Vector]:
+        return itertools.chain.from_iterable(self.batches)
+
+    def chunks(self, size: int) -> Iterator[list[Vector]]:
+        """Lists of ``size`` vectors (the last may be shorter), across batch boundaries."""
+        vectors = self.vectors()
+        while chunk := list(itertools.islice(vectors, max(1, size))):
+            yield chunk
+
+
+def record_sweep(spec: SweepSpec, store: Store, *, parts: int = 1, part: int = 1,
+                 where: str | None = None, batch_size: int = DEFAULT_BATCH) -> SweepPlan:
+    """Expand ``spec`` (this part, this selection) batch by batch into the store's ``vectors``
+    table (valid ones, and invalid ones with their reasons), one transaction per batch."""
+    plan = SweepPlan(spec, parts, part, where, np.empty(0, dtype=KEY_DTYPE), batch_size)
+    stream = plan.stream(keep_invalid=True)  # a bad part or selection fails before any write
+    sid = sweep_id(spec)
+    store.add_sweep(sid, spec.name, spec.op, spec.source, spec.model_dump_json())
+    keys = [plan.keys]
+    for batch in stream:
+        store.add_vectors(sid, batch.vectors, batch.invalid)
+        keys.append(vector_keys(v.id for v in batch.vectors))
+    return dataclasses.replace(plan, keys=np.concatenate(keys))
