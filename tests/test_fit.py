@@ -167,7 +167,7 @@ def test_predict_cli(tmp_path):
 
 
 def test_distinct_rows_round_trips_including_wide_tables():
-    from opatlas.fit.distinct import distinct_rows
+    from opatlas.columns import distinct_rows
 
     rng = np.random.default_rng(1)
     small = pd.DataFrame({"a": rng.integers(0, 3, 1000), "b": rng.choice(["x", "y"], 1000),

@@ -9,6 +9,7 @@ from typing import Any
 
 from opatlas.analyze.model import Analysis
 from opatlas.analyze.sources import ReadOptions, read
+from opatlas.atomic import write_atomic
 from opatlas.errors import OpatlasError
 
 
@@ -32,27 +33,19 @@ def load(path: str | Path) -> Analysis:
     return Analysis.load(path)
 
 
-def _atomic(path: Path, text: str) -> Path:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
-
-
 def write_csv(analysis: Analysis, path: str | Path) -> Path:
     """The rows as CSV; mappings (shape) as JSON text."""
     rows = analysis.rows.copy()
     for col in rows.columns:
         if rows[col].map(lambda v: isinstance(v, dict | list)).any():
             rows[col] = rows[col].map(lambda v: json.dumps(v) if isinstance(v, dict | list) else v)
-    return _atomic(Path(path), rows.to_csv(index=False, quoting=csvlib.QUOTE_MINIMAL))
+    return write_atomic(path, rows.to_csv(index=False, quoting=csvlib.QUOTE_MINIMAL))
 
 
 def write_html(analysis: Analysis, path: str | Path) -> Path:
     from opatlas.analyze.html import render
 
-    return _atomic(Path(path), render(analysis))
+    return write_atomic(path, render(analysis))
 
 
 def write_trace(analysis: Analysis, path: str | Path) -> Path:

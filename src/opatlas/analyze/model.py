@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from opatlas.atomic import write_atomic
 from opatlas.errors import OpatlasError
 
 FORMAT_VERSION = 1
@@ -96,10 +97,7 @@ class Analysis:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         doc = {"format": "opatlas-analysis", "version": FORMAT_VERSION, **self.to_json()}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(path)  # a reader never sees half a file
-        return path
+        return write_atomic(path, json.dumps(doc))  # a reader never sees half a file
 
     @classmethod
     def load(cls, path: str | Path) -> Analysis:

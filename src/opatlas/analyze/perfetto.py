@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opatlas.analyze.timeline import LANES, Block, step_timeline
+from opatlas.atomic import write_atomic
 from opatlas.estimate.engine import Estimate
 
 _LANE_NAMES = {"compute": "compute", "tp": "TP comm", "ep": "EP comm", "dp": "DP comm",
@@ -59,7 +60,4 @@ def write_trace(est: Estimate, path: str | Path) -> Path:
                         "note": "every stage runs at the slowest stage's pace (the estimator's "
                                 "model); the ops shown are the slowest stage's"}}
     data = json.dumps(doc).encode()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
-    tmp.replace(path)
-    return path
+    return write_atomic(path, gzip.compress(data) if path.suffix == ".gz" else data)

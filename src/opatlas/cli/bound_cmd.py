@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from opatlas.errors import OpatlasError
 
@@ -60,6 +58,9 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
 
 
 def _print(f: Frontier) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("buffer (words)", "accesses (words)", "OI (op/B)", "mapping",
                   title=f"{f.einsum.name}: {len(f.buffer)} frontier points of {f.tilings} "
                         f"tilings / {f.mapspace_size} mappings"
@@ -323,6 +324,9 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
 
 
 def _print_accel(sweep) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     best = sweep.best()
     table = Table("size (B)", "maps", "best DRAM", "bound", "gap", "below", "gap@tile", "util",
                   title=f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses in words of "

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from opatlas.cli import estimate_run as er
 from opatlas.errors import OpatlasError
@@ -94,6 +93,13 @@ def estimate(
     if as_json:
         typer.echo(json.dumps({**est.as_json(), **({"run": run.as_json()} if run else {})}))
         return
+    _print_estimate(cfg, est, run, gpu_hour_price)
+
+
+def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     c = Console()
     table = Table("part", "seconds", "share", title=f"{cfg.model.name} on {cfg.gpus} x "
                                                      f"{cfg.cluster.device}")
@@ -106,10 +112,13 @@ def estimate(
     for note in est.notes:
         c.print(f"note: {note}")
     if run is not None:
-        er.print_run(run, gpu_hour_price)
+        er.print_run(run, price)
 
 
 def _print_search(best: list, n: int, oom: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     from opatlas.estimate.plot import label, layout_label
 
     table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "same time and memory",

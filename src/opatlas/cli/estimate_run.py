@@ -8,8 +8,6 @@ import json
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 MegatronOpt = typer.Option(
     None, "--megatron-args", help="Megatron-LM launch arguments, as one string or @args.txt "
@@ -82,6 +80,8 @@ def _human(count: float) -> str:
 
 
 def print_run(run: Any, price: float | None) -> None:
+    from rich.console import Console
+
     c = Console()
     c.print(f"whole run: {_human(run.tokens)} tokens in {run.steps:,} steps of "
             f"{_human(run.tokens / run.steps)} tokens")
@@ -101,6 +101,9 @@ def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | 
 
 
 def print_search_runs(ranked: list, n: int, oom: int, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     from opatlas.estimate.plot import label
 
     if as_json:

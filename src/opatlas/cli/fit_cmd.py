@@ -6,9 +6,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from opatlas.errors import OpatlasError
 
@@ -44,6 +41,10 @@ def fit(
 
         opatlas fit --data runs.csv --recipe reshard --group-by kernel --size bytes --time ns
     """
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     from opatlas.fit.data import load_op_data
 
     if recipe == "reshard":

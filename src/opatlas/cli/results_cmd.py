@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
@@ -73,6 +71,9 @@ def _emit(text: str, out: Path | None) -> None:
 
 
 def _print_table(df, limit: int, out: Path | None, total: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     shown_note = f" (first {len(df)} shown; --limit 0 for all)" if len(df) < total else ""
     table = Table("op", "pass", "params", "status", "median µs", "± std %", "n", "GFLOP/s",
                   title=f"{total} result rows{shown_note}")

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, WhereOpt, load
 from opatlas.errors import OpatlasError
@@ -96,6 +94,9 @@ def list_cmd() -> None:
 
 def ops(aliases: bool = typer.Option(False, "--aliases", help="Also list aliases.")) -> None:
     """List the ops in the catalog with their parameters and passes."""
+    from rich.console import Console
+    from rich.table import Table
+
     from opatlas.ops import get_op, list_ops
 
     table = Table("op", "parameters", "optional (default)", "passes", "what")

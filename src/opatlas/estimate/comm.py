@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from opatlas.estimate.config import ClusterConfig
 
@@ -68,12 +67,11 @@ class Measured(AlphaBeta):
         self.curves: dict[tuple[str, int, int], Callable[[np.ndarray], np.ndarray]] = {}
         for op, stems in self.NAMES.items():
             for nodes, gpn in {(1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (8, 1)}:
-                frames = [pd.read_csv(f) for s in stems
-                          if (f := folder / f"{gpu}_{s}_fp16_{nodes}_{gpn}.csv").exists()]
-                if frames:
-                    df = pd.concat(frames).groupby("shape", as_index=False)["dur(us)"].median()
-                    self.curves[(op, nodes, gpn)] = _loglog(2.0 * df["shape"].to_numpy(float),
-                                                            df["dur(us)"].to_numpy(float) * 1e-6)
+                files = [f for s in stems
+                         if (f := folder / f"{gpu}_{s}_fp16_{nodes}_{gpn}.csv").exists()]
+                if files:
+                    sizes, seconds = _median_per_size(files)
+                    self.curves[(op, nodes, gpn)] = _loglog(2.0 * sizes, seconds)
 
     def time_topology(self, op: str, nbytes: np.ndarray, nodes: int, gpn: int,
                       within_node: bool) -> np.ndarray:
@@ -81,6 +79,23 @@ class Measured(AlphaBeta):
         if curve is None:
             return self.time(op, nbytes, nodes * gpn, within_node, gpn)
         return curve(np.asarray(nbytes, dtype=float))
+
+
+def _median_per_size(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    """(each distinct ``shape`` of nccl samples, the median of its ``dur(us)`` in seconds)."""
+    parts = []
+    for f in files:
+        with f.open() as fh:
+            header = fh.readline().strip().split(",")
+            cols = (header.index("shape"), header.index("dur(us)"))
+            parts.append(np.loadtxt(fh, delimiter=",", usecols=cols, ndmin=2))
+    shape, dur = np.concatenate(parts).T
+    sizes, codes = np.unique(shape, return_inverse=True)
+    d = dur[np.lexsort((dur, codes))]  # grouped by size, each group sorted
+    counts = np.bincount(codes.reshape(-1))
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    median = (d[start + (counts - 1) // 2] + d[start + counts // 2]) / 2
+    return sizes, median * 1e-6
 
 
 def _loglog(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from opatlas.columns import Columns, as_columns
 from opatlas.errors import OpatlasError
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured
@@ -129,14 +129,14 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
 
 
 def _shapes(cfgs: list[TrainConfig], extra: dict[str, Any],
-            seq_split: bool) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+            seq_split: bool) -> tuple[Columns, list[dict[str, Any]]]:
     rows = []
     for c in cfgs:
         m, p = c.model, c.parallel
         seq = m.seq_len // p.tp if (seq_split and p.sequence_parallel) else m.seq_len
         rows.append({"mp": p.tp, "b": c.training.micro_batch, "h": m.heads, "l": seq,
                      "dim": m.hidden, **extra})
-    return pd.DataFrame(rows), rows
+    return as_columns(rows), rows
 
 
 def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:
@@ -168,7 +168,7 @@ def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:
     return terms
 
 
-def _dropout_times(fn: Any, shapes: pd.DataFrame) -> np.ndarray:
+def _dropout_times(fn: Any, shapes: Columns) -> np.ndarray:
     """Seconds of the attention dropout, forward or backward (the same traffic), on one
     shard's b·(h/tp)·l² probabilities: the forward reads them and writes the result and a
     one-byte mask, the backward reads the gradient and the mask and writes the result. A
@@ -176,7 +176,7 @@ def _dropout_times(fn: Any, shapes: pd.DataFrame) -> np.ndarray:
     efficiency: the bundled data has no dropout samples."""
     elems = shapes["b"] * (shapes["h"] // shapes["mp"]) * shapes["l"].astype(float) ** 2
     width = 4.0 if fn.dtype == "fp32" else 2.0
-    return (elems * (2 * width + 1) / (fn.device.bandwidth * fn.me)).to_numpy(float)
+    return np.asarray(elems * (2 * width + 1) / (fn.device.bandwidth * fn.me), dtype=float)
 
 
 def _dropout_note(strict: bool) -> str:
@@ -253,8 +253,8 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
     params = np.array([(dev[0] - dev[2]) / shard(c, c.parallel.dp)
                        + dev[2] / shard(c, c.parallel.dp // c.parallel.ep)
                        for c, dev in zip(cfgs, devs, strict=True)])
-    shapes = pd.DataFrame({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
-                           "encoders": 0})
+    shapes = as_columns({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
+                         "encoders": 0})
     try:
         times = fn("middleStage_optimizer", shapes, "step")
     except Exception:

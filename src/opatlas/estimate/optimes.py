@@ -11,11 +11,10 @@ import warnings
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from opatlas.devices import Device, find_device
 from opatlas.errors import OpatlasError
-from opatlas.ops.batch import batch_counts
+from opatlas.ops.batch import count_columns
 
 
 class RooflineFallbackWarning(UserWarning):
@@ -27,10 +26,10 @@ class RooflineTimes:
         self.device, self.dtype = device, dtype
         self.ce, self.me = compute_eff, memory_eff
 
-    def __call__(self, op: str, shapes: pd.DataFrame, pass_: str) -> np.ndarray:
-        """Seconds per row."""
-        c = batch_counts(op, shapes.assign(dtype=self.dtype))
-        flops, nbytes = c[f"flops_{pass_}"].to_numpy(), c[f"bytes_{pass_}"].to_numpy()
+    def __call__(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
+        """Seconds per row of ``shapes`` (Columns or a DataFrame)."""
+        c = count_columns(op, shapes, dtype=self.dtype)
+        flops, nbytes = c[f"flops_{pass_}"], c[f"bytes_{pass_}"]
         return np.maximum(flops / (self.device.peak(self.dtype) * self.ce),
                           nbytes / (self.device.bandwidth * self.me))
 
@@ -51,7 +50,7 @@ class DataTimes(RooflineTimes):
         self.strict = strict
         self.fallbacks: set[str] = set()
 
-    def __call__(self, op: str, shapes: pd.DataFrame, pass_: str) -> np.ndarray:
+    def __call__(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
         try:
             return self.predictor.predict(op, shapes, pass_=pass_) * 1e-6
         except OpatlasError:

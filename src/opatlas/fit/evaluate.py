@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from opatlas.columns import distinct_rows
 from opatlas.devices import Device
 from opatlas.fit.data import data_device, shapes_of
-from opatlas.fit.distinct import distinct_rows
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
 from opatlas.fit.recipes import make_model

@@ -4,13 +4,18 @@ GEMM-like ops; plus estimate-train-time's own feature maps for the baseline."""
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from opatlas.columns import Columns, as_columns, n_rows, to_frame
 from opatlas.devices import Device
 from opatlas.errors import OpatlasError, UnknownOpError
 from opatlas.ops.basic import padded_vocab
-from opatlas.ops.batch import batch_counts
+from opatlas.ops.batch import count_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TILE_MN, TILE_K = 128, 64
 
@@ -23,19 +28,21 @@ def _gemm_dims(c: dict) -> tuple[np.ndarray, ...] | None:
     return None
 
 
-def op_features(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype: str
-                ) -> pd.DataFrame:
-    """Features per row of ``shapes``; ``roofline_us`` is NaN for ops without counts."""
-    num = shapes.select_dtypes("number")
-    cols: dict[str, np.ndarray] = {c: num[c].to_numpy(float) for c in num.columns}
+def feature_columns(op: str, pass_: str, shapes: Any, device: Device, dtype: str) -> Columns:
+    """Features per row of ``shapes`` (numpy only); ``roofline_us`` is NaN for ops without
+    counts."""
+    table = as_columns(shapes)
+    n = n_rows(table)
+    cols: Columns = {c: v.astype(float) for c, v in table.items()
+                     if v.dtype.kind in "iuf"}  # the shape's numbers, as pandas' "number"
     try:
-        counts = batch_counts(op, shapes.assign(dtype=dtype))
+        counts = count_columns(op, table, dtype=dtype)
     except (UnknownOpError, KeyError, TypeError, ValueError, OpatlasError):
         counts = None
     if counts is None or f"flops_{pass_}" not in counts or f"bytes_{pass_}" not in counts:
-        cols["roofline_us"] = np.full(len(shapes), np.nan)
-        return pd.DataFrame(cols, index=shapes.index)
-    c = {k: counts[k].to_numpy(float) for k in counts.columns}
+        cols["roofline_us"] = np.full(n, np.nan)
+        return cols
+    c = {k: np.asarray(v, dtype=float) for k, v in counts.items()}
     for k, v in c.items():
         if not k.startswith(("flops_", "bytes_")):
             cols[f"f_{k}"] = v
@@ -56,12 +63,18 @@ def op_features(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype
         cols.update(head_dim_padded=padded, head_dim_efficiency=c["head_dim"] / padded)
     g = _gemm_dims(c)
     if g is not None:
-        b, m, n, k = (np.asarray(v, dtype=float) for v in g)
-        tiles = b * np.ceil(m / TILE_MN) * np.ceil(n / TILE_MN)
+        b, m, n_, k = (np.asarray(v, dtype=float) for v in g)
+        tiles = b * np.ceil(m / TILE_MN) * np.ceil(n_ / TILE_MN)
         waves = np.ceil(tiles / units)
         cols.update(tiles=tiles, waves=waves, wave_efficiency=tiles / (waves * units),
                     k_efficiency=k / (np.ceil(k / TILE_K) * TILE_K))
-    return pd.DataFrame(cols, index=shapes.index)
+    return cols
+
+
+def op_features(op: str, pass_: str, shapes: pd.DataFrame, device: Device, dtype: str
+                ) -> pd.DataFrame:
+    """:func:`feature_columns` of a DataFrame, as a DataFrame with the same index."""
+    return to_frame(feature_columns(op, pass_, shapes, device, dtype), index=shapes.index)
 
 
 def _ett_maps() -> dict:
@@ -91,6 +104,8 @@ def _ett_maps() -> dict:
 def ett_features(op: str, shapes: pd.DataFrame) -> pd.DataFrame:
     """estimate-train-time's ``layer_input_to_predictor_input`` maps (vocab fixed at 50,257);
     other ops use their raw shape, as upstream does."""
+    import pandas as pd
+
     s = {c: shapes[c].to_numpy(dtype=np.int64) for c in shapes.select_dtypes("number")}
     fn = _ett_maps().get(op)
     if fn is not None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import platformdirs
 
+from opatlas.atomic import atomic_path, write_atomic
+
 INDEX_REVISION = "1"
 
 
@@ -85,12 +87,9 @@ class DataIndex:
                                                         "params": params}
         meta = {"fingerprint": fingerprint(self.source), "groups": groups,
                 "ops": sorted(frame["op"].unique()), "holdings": holdings(frame)}
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / "samples.parquet.tmp"
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(self.dir / "samples.parquet")
-        (self.dir / "index.json.tmp").write_text(json.dumps(meta))
-        (self.dir / "index.json.tmp").replace(self.dir / "index.json")
+        with atomic_path(self.dir / "samples.parquet") as tmp:
+            frame.to_parquet(tmp, index=False)
+        write_atomic(self.dir / "index.json", json.dumps(meta))
         self._frame = frame
         return meta
 

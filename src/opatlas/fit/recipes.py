@@ -15,16 +15,18 @@ import ast
 import warnings
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, to_frame
 from opatlas.devices import Device
 from opatlas.errors import OpatlasError
 from opatlas.fit.compiled import CompiledTrees, predict_raw
-from opatlas.fit.distinct import distinct_rows
-from opatlas.fit.features import ett_features, op_features
+from opatlas.fit.features import ett_features, feature_columns, op_features
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RECIPES = ("ett", "gbm", "hybrid")
 # Part of every cached model's fingerprint: bump it when a recipe changes how it fits, so models
@@ -48,6 +50,8 @@ MIN_ROWS_FOR_STOPPING = 50
 
 @cache
 def ett_configs() -> pd.DataFrame:
+    import pandas as pd
+
     from opatlas.store.ett import bundled_dataset
 
     return pd.read_csv(bundled_dataset() / "operator" / "NVIDIAA100-SXM4-80GB.csv")
@@ -138,31 +142,35 @@ class OpModel:
             self._trees = CompiledTrees.from_booster(self.model.booster_)
         return self._trees
 
-    def predict(self, shapes: pd.DataFrame) -> np.ndarray:
-        if shapes.empty:
+    def predict(self, shapes: Any) -> np.ndarray:
+        """Times in µs, one per row of ``shapes`` (Columns or a DataFrame)."""
+        table = as_columns(shapes)
+        if n_rows(table) == 0:
             return np.zeros(0)
-        X = self._X(shapes)
         if self.recipe == "ett":
+            X = ett_features(self.op, to_frame(table))
             return self.model.predict(X[self.features].to_numpy())
+        cols = feature_columns(self.op, self.pass_, table, self.device, self.dtype)
         # shapes labelled differently often mean the same kernel work (same features): walk
         # the trees once per distinct feature vector
-        features = X[self.features]
-        first, codes = distinct_rows(features)
-        raw = self._raw(features.iloc[first].to_numpy(np.float64))[codes]
+        first, codes = distinct_rows({f: cols[f] for f in self.features})
+        F = np.column_stack([np.asarray(cols[f][first], dtype=np.float64)
+                             for f in self.features])
+        raw = self._raw(F)[codes]
         if self.recipe == "hybrid":
-            return self._base_us(X) * np.exp(raw)
+            return self._base_us(cols) * np.exp(raw)
         return np.exp(raw)
 
     def _raw(self, F: np.ndarray) -> np.ndarray:
         return predict_raw(self.model.booster_, self._compiled(), F)
 
-    def _base_us(self, X: pd.DataFrame) -> np.ndarray:
+    def _base_us(self, X: pd.DataFrame | Columns) -> np.ndarray:
         """What the hybrid trees correct: the roofline, or the overhead-aware line."""
         coef = getattr(self, "overhead", None)  # models pickled before revision 3 lack it
-        roof = X["roofline_us"].to_numpy()
+        roof = np.asarray(X["roofline_us"], dtype=float)
         if coef is None:
             return roof
-        return coef[0] + coef[1] * X[LAUNCHES].to_numpy() + coef[2] * roof
+        return coef[0] + coef[1] * np.asarray(X[LAUNCHES], dtype=float) + coef[2] * roof
 
 
 @dataclass

@@ -15,6 +15,8 @@ from typing import Any
 
 import platformdirs
 
+from opatlas.atomic import atomic_path, write_atomic
+
 LIBS = ("opatlas", "scikit-learn", "lightgbm", "xgboost-cpu", "numpy")
 
 
@@ -66,13 +68,9 @@ class ModelRegistry:
         return saved.get("model")
 
     def save_compiled(self, key: tuple[str, ...], data_hash: str, model: Any) -> None:
-        path = self.compiled_path(*key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as f:
-            pickle.dump({"model": model, "meta": {"data_hash": data_hash, "key": key,
-                                                  "opatlas": _opatlas_version()}}, f)
-        tmp.replace(path)
+        doc = {"model": model, "meta": {"data_hash": data_hash, "key": key,
+                                        "opatlas": _opatlas_version()}}
+        write_atomic(self.compiled_path(*key), pickle.dumps(doc))
 
     def get_or_fit(self, key: tuple[str, ...], data_hash: str, features: list[str] | None,
                    fit: Callable[[], Any]) -> Any:
@@ -91,9 +89,8 @@ class ModelRegistry:
             except Exception as exc:  # a corrupt or foreign file is replaced, never trusted
                 warnings.warn(f"model {path} unreadable ({exc}); refitting", stacklevel=2)
         model = fit()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        joblib.dump({"model": model, "meta": {"data_hash": data_hash, "features": features,
-                                              "versions": library_versions(), "key": key}}, tmp)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            joblib.dump({"model": model, "meta": {"data_hash": data_hash, "features": features,
+                                                  "versions": library_versions(), "key": key}},
+                        tmp)
         return model

@@ -2,44 +2,58 @@
 
 The catalog's formulas take scalars or numpy arrays (see ``opatlas.ops.base.I``), so a table of
 N shapes costs a handful of numpy operations per formula instead of N Python calls. Rows are
-grouped by their non-numeric parameters (dtype, role, ...) first.
+grouped by their non-numeric parameters (dtype, role, ...) first. ``count_columns`` works on
+:mod:`opatlas.columns` tables (numpy only, the estimator's path); ``batch_counts`` is the same
+for a pandas DataFrame.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import Any
 
+import numpy as np
+
+from opatlas.columns import Columns, as_columns, distinct_rows, is_numeric, n_rows, to_frame
 from opatlas.ops.registry import get_op
 
+KEY_COLUMNS = ("dtype", "role", "stage")  # always group keys, even when they hold numbers
 
-def batch_counts(op_name: str, shapes: pd.DataFrame) -> pd.DataFrame:
-    """Per row: ``flops_<pass>``, ``bytes_<pass>`` and every feature of the op; same index."""
+
+def count_columns(op_name: str, shapes: Any, **given: Any) -> Columns:
+    """Per row: ``flops_<pass>``, ``bytes_<pass>`` and every feature of the op. ``given``:
+    parameters with one value for every row (``dtype="fp16"``), overriding any column."""
     op, fixed = get_op(op_name)
-    table = shapes.copy()
-    for k, v in {**op.defaults, **fixed}.items():
-        if k not in table:
-            table[k] = v
-    if "dtype" not in table:
-        table["dtype"] = "fp32"
-    keys = [c for c in table.columns if table[c].dtype == object or c in ("dtype", "role", "stage")
-            or not pd.api.types.is_numeric_dtype(table[c])]
-    single = all(table[k].nunique() <= 1 for k in keys)
-    groups = [(tuple(table[k].iloc[0] for k in keys), table)] if single else \
-        table.groupby(keys, sort=False)
-    parts = []
-    for key_vals, g in groups:
-        p: dict = dict(zip(keys, key_vals if isinstance(key_vals, tuple) else (key_vals,),
-                           strict=True))
-        for c in g.columns:
-            if c not in keys:
-                p[c] = g[c].to_numpy()
-        n = len(g)
-        out = {}
-        for name, fn in (("flops", op.flops), ("bytes", op.min_bytes)):
-            for pass_, v in fn(p).items():
-                out[f"{name}_{pass_}"] = np.broadcast_to(np.asarray(v, dtype=np.float64), (n,))
-        for feat, v in op.features(p).items():
-            out[feat] = np.broadcast_to(np.asarray(v, dtype=np.float64), (n,))
-        parts.append(pd.DataFrame(out, index=g.index))
-    return parts[0] if len(parts) == 1 else pd.concat(parts).loc[shapes.index]
+    table = {k: v for k, v in as_columns(shapes).items() if k not in given}
+    n = n_rows(table)
+    consts = {k: v for k, v in {"dtype": "fp32", **op.defaults, **fixed, **given}.items()
+              if k not in table}
+    keys = [c for c, v in table.items() if c in KEY_COLUMNS or not is_numeric(v)]
+    varying = [k for k in keys if not _constant(table[k])]
+    first, codes = distinct_rows({k: table[k] for k in varying}) if varying else \
+        (np.zeros(min(n, 1), dtype=np.int64), np.zeros(n, dtype=np.int64))
+    out: Columns = {}
+    for g, start in enumerate(first):
+        rows = slice(None) if len(first) == 1 else np.flatnonzero(codes == g)
+        p: dict[str, Any] = {k: v[start] if k in keys else v[rows] for k, v in table.items()}
+        p.update(consts)
+        m = n if len(first) == 1 else len(rows)
+        values = [(f"{name}_{pass_}", v) for name, fn in (("flops", op.flops),
+                                                           ("bytes", op.min_bytes))
+                  for pass_, v in fn(p).items()] + list(op.features(p).items())
+        for name, v in values:
+            col = np.broadcast_to(np.asarray(v, dtype=np.float64), (m,))
+            if len(first) == 1:
+                out[name] = col
+            else:
+                out.setdefault(name, np.full(n, np.nan))[rows] = col
+    return out
+
+
+def _constant(values: np.ndarray) -> bool:
+    """Whether every row holds the same value (then it is no group key)."""
+    return len(values) <= 1 or bool((values[1:] == values[0]).all())
+
+
+def batch_counts(op_name: str, shapes: Any) -> Any:
+    """:func:`count_columns` of a DataFrame, as a DataFrame with the same index."""
+    return to_frame(count_columns(op_name, shapes), index=shapes.index)

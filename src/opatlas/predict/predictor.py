@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, take
 from opatlas.devices import Device, device_key, find_device
 from opatlas.errors import OpatlasError
-from opatlas.fit.data import data_device, device_keys, shapes_of
-from opatlas.fit.distinct import distinct_rows
 from opatlas.fit.index import DataIndex
 from opatlas.fit.recipes import RECIPE_REVISION, OpModel, make_model
 from opatlas.fit.registry import ModelRegistry
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # opatlas catalog names -> the names the estimate-train-time data uses
 ETT_NAMES = {"flash_attention": "flash_atten", "rmsnorm": "RMSlayernorm", "rope": "RoPE",
@@ -64,6 +65,8 @@ class Predictor:
     def device_keys(self) -> np.ndarray:
         """Each data row's device key: any alias of a catalog device matches any other."""
         if self._keys is None:
+            from opatlas.fit.data import device_keys
+
             self._keys = device_keys(self.data).to_numpy()
         return self._keys
 
@@ -85,7 +88,12 @@ class Predictor:
         """The catalog entry, or for an unknown device the roofline its own data attains."""
         key = (device_key(device), dtype)
         if key not in self._devices:  # the data is loaded only for a device the catalog lacks
-            self._devices[key] = find_device(device) or data_device(self.data, device, dtype)
+            dev = find_device(device)
+            if dev is None:
+                from opatlas.fit.data import data_device
+
+                dev = data_device(self.data, device, dtype)
+            self._devices[key] = dev
         return self._devices[key]
 
     def ops(self) -> list[str]:
@@ -98,14 +106,15 @@ class Predictor:
                 set(self.data["op"].unique())
         return self._op_names
 
-    def resolve_op(self, op: str, shapes: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    def resolve_op(self, op: str, shapes: Columns) -> tuple[str, Columns]:
         if op in self.op_names:
             return op, shapes
         if op == "linear" and "role" in shapes:
-            roles = shapes["role"].unique()
+            roles = set(shapes["role"])
             if len(roles) != 1:
                 raise OpatlasError("predict one linear role at a time")
-            return LINEAR_ROLES[roles[0]], shapes.drop(columns=["role"])
+            rest = {k: v for k, v in shapes.items() if k != "role"}
+            return LINEAR_ROLES[roles.pop()], rest
         return ETT_NAMES.get(op, op), shapes
 
     def model(self, op: str, pass_: str, device: str | None = None, dtype: str | None = None
@@ -132,6 +141,8 @@ class Predictor:
         fast = self.registry.load_compiled(reg_key, fingerprint)
         if fast is not None:
             return fast
+        from opatlas.fit.data import shapes_of
+
         d = self.data
         rows = d[((d["op"] == op) & (d["pass"] == pass_)).to_numpy()
                  & self.rows_for(device, dtype)]
@@ -179,20 +190,18 @@ class Predictor:
             raise OpatlasError(f"op {op!r} takes shape parameters {', '.join(need)}{optional}; "
                                f"{problem}")
 
-    def predict(self, op: str, shapes: pd.DataFrame | Mapping[str, Any] | Sequence[Mapping],
-                *, device: str | None = None, dtype: str | None = None,
+    def predict(self, op: str, shapes: pd.DataFrame | Columns | Mapping[str, Any]
+                | Sequence[Mapping], *, device: str | None = None, dtype: str | None = None,
                 pass_: str = "fwd") -> np.ndarray:
-        """Times in µs, one per shape (row)."""
-        table = shapes if isinstance(shapes, pd.DataFrame) else pd.DataFrame(
-            shapes if not isinstance(shapes, Mapping) else {k: np.atleast_1d(v)
-                                                            for k, v in shapes.items()})
-        name, table = self.resolve_op(op, table)
+        """Times in µs, one per shape (row): a DataFrame, columns, one shape's mapping of
+        values or a sequence of row mappings."""
+        name, table = self.resolve_op(op, as_columns(shapes))
         model = self.model(name, pass_, device, dtype)
-        self.check_shape(name, table.columns, pass_, device, dtype)
+        self.check_shape(name, list(table), pass_, device, dtype)
         first, codes = distinct_rows(table)
-        if len(first) == len(table):
+        if len(first) == n_rows(table):
             return model.predict(table)
-        return model.predict(table.iloc[first].reset_index(drop=True))[codes]
+        return model.predict(take(table, first))[codes]
 
 
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opatlas.errors import InvalidShape
@@ -12,7 +11,14 @@ from opatlas.ops.base import Op, Rule
 from opatlas.ops.registry import register_op
 from opatlas.spec import SweepSpec
 from opatlas.sweep.builtin import register_builtin_spec
-from opatlas.sweep.expand import DOWNSAMPLE_REASON, Expansion, Vector, in_part, register_expander
+from opatlas.sweep.expand import (
+    DOWNSAMPLE_REASON,
+    ExpansionBatch,
+    Vector,
+    VectorStream,
+    in_part,
+    register_expander,
+)
 from opatlas.tenstorrent import reshard as rs
 
 SUITE_SIZE = 9 * len(rs.SHAPE_STEPS) ** 2
@@ -69,42 +75,40 @@ def reshard_spec() -> SweepSpec:
                              "input_shape": "[1, 1, 32·j, 32·i], i, j in 1..249"})
 
 
-def expand_reshard(spec: SweepSpec, *, parts: int, part: int, where: str | None,
-                   keep_invalid: bool, materialize: bool) -> Expansion:
-    select = Expression.parse(where) if where else None
+def expand_reshard(stream: VectorStream) -> Iterator[ExpansionBatch]:
+    """One batch per suite (at most ``max_per_suite`` vectors). Invalid points are counted
+    when the selection is by suite and the sweep is whole (they are never listed one by one)."""
+    spec, select = stream.spec, stream.select
     suite_level = select is None or not (select.names - SUITE_KEYS)
-    out = Expansion()
-    out.invalid = Counter()
-    valid = 0
     for s_no, (gin, gout) in enumerate(rs.grid_pairs()):
         if select is not None and not _suite_may_match(select, gin, gout):
             continue
         suite = rs.expand_suite(gin, gout, max_per_suite=spec.max_per_suite)
+        if suite_level and stream.parts == 1:
+            stream.invalid.update(suite.invalid)
+            stream.invalid[DOWNSAMPLE_REASON] += suite.downsampled
         select_here = None if suite_level else select
-        need_params = materialize or select_here is not None or parts > 1
-        if not need_params:
-            out.invalid.update(suite.invalid)
-            out.invalid[DOWNSAMPLE_REASON] += suite.downsampled
-            valid += len(suite)
+        if not (stream.materialize or select_here is not None or stream.parts > 1):
+            yield ExpansionBatch(valid=len(suite))
             continue
-        base = s_no * SUITE_SIZE
-        for k in range(len(suite)):
-            i = base + int(suite.index[k])
-            if not in_part(i, parts, part):
-                continue
-            params = rs.vector_params(suite, k)
-            if select_here is not None and not select_here(params):
-                continue
-            valid += 1
-            if materialize:
-                out.vectors.append(Vector.make("reshard", params, i))
-        if suite_level and parts == 1:
-            out.invalid.update(suite.invalid)
-            out.invalid[DOWNSAMPLE_REASON] += suite.downsampled
-    out.valid_override = None if materialize else valid
-    if not out.invalid[DOWNSAMPLE_REASON]:
-        del out.invalid[DOWNSAMPLE_REASON]
-    return out
+        yield _suite_batch(stream, suite, s_no * SUITE_SIZE, select_here)
+
+
+def _suite_batch(stream: VectorStream, suite: rs.Suite, base: int,
+                 select: Expression | None) -> ExpansionBatch:
+    """The suite's vectors in this part and selection (grid point ``base`` + its index)."""
+    batch = ExpansionBatch()
+    for k in range(len(suite)):
+        i = base + int(suite.index[k])
+        if not in_part(i, stream.parts, stream.part):
+            continue
+        params = rs.vector_params(suite, k)
+        if select is not None and not select(params):
+            continue
+        batch.valid += 1
+        if stream.materialize:
+            batch.vectors.append(Vector.make("reshard", params, i))
+    return batch
 
 
 SUITE_KEYS = frozenset({"input_core_grid", "output_core_grid", "dtype"})

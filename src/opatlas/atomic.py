@@ -1,0 +1,38 @@
+"""Files written whole or not at all: caches and reports are written to a temporary file
+beside their final path and renamed onto it.
+
+The temporary name is unique to the writer: two commands fitting the same model into the
+shared user cache at once (a demo beside an estimate) each rename their own complete file,
+and the last one wins, instead of one renaming the other's half-written file away.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A fresh temporary path beside ``path``; what the block writes there replaces ``path``
+    when the block ends without an error (and is removed when it fails)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """``data`` (text as UTF-8) as the whole content of ``path``."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    return Path(path)
