@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 
+from conftest import REPO
 from opatlas.analyze import api
 from opatlas.bounds import frontier, gemm
 from opatlas.cli import main
@@ -157,3 +158,20 @@ def test_bubble_follows_the_measured_stage_time(tmp_path):
     assert bubble["time_s"] == pytest.approx(bubble["predicted_time_s"] * after / before)
     assert not math.isnan(bubble["time_s"])
     assert isinstance(rows, pd.DataFrame)
+
+
+def test_unfused_attention_with_dropout_has_its_rows_and_bounds(tmp_path):
+    """A Selene config (unfused attention, dropout 0.1) in analytical mode: the dropout is a
+    catalog op, so its rows carry the memory traffic of b·(a/t)·s² probabilities, 5 bytes
+    each in fp16, and the rows still sum to the step."""
+    text = (REPO / "examples" / "validation" / "gpt-1.7b.yml").read_text()
+    path = tmp_path / "gpt.yml"
+    path.write_text(text.replace("ops: {mode: data, data: bundled}", "ops: {mode: analytical}"))
+    a = api.analyze(path)
+    est = estimate_step(load_config(path))
+    assert a.rows["time_s"].sum() == pytest.approx(est.step_time_s, rel=1e-12)
+    drop = a.rows[a.rows["op"] == "attention_dropout"].set_index("pass")
+    assert set(drop.index) == {"fwd", "bwd", "recompute"}
+    per_call = 1 * 18 * 2048 * 2048 * 5  # b · heads/tp · s² · (2 + 2 + 1) bytes
+    assert drop.loc["fwd", "bytes"] == pytest.approx(drop.loc["fwd", "calls"] * per_call)
+    assert drop.loc["fwd", "limiter"] == "memory"

@@ -187,3 +187,19 @@ def test_batch_evaluation_equals_per_row_evaluation_for_every_op():
                 assert batch[f"bytes_{pass_}"].iloc[i] == pytest.approx(float(v)), (name, row)
             for feat, v in op.features(full).items():
                 assert batch[feat].iloc[i] == pytest.approx(float(v)), (name, feat)
+
+
+def test_attention_dropout_keeps_or_scales_and_counts_five_bytes_per_fp16_probability():
+    op, p = _p("attention_dropout", b=2, h=4, l=64, mp=2, dtype="fp32")
+    x, prob = op.build(p, "cpu")
+    assert tuple(x.shape) == (2, 2, 64, 64) and prob == 0.1
+    y = op.forward((x, prob)).detach()
+    kept = y != 0
+    torch.testing.assert_close(y[kept], x.detach()[kept] / 0.9)
+    assert 0.05 < 1 - kept.double().mean().item() < 0.15  # about p of 16,384 dropped
+    op, p = _p("attention_dropout", b=1, h=8, l=16, mp=2, dtype="fp16")
+    elems = 1 * 4 * 16 * 16
+    assert op.min_bytes(p) == {"fwd": 5 * elems, "bwd": 5 * elems}
+    assert op.flops(p) == {"fwd": 2 * elems, "bwd": 2 * elems}
+    assert op.invalid_reason({**p, "p": 1.0}) == "p must be in [0, 1)"
+    assert op.invalid_reason({**p, "h": 7}) == "h % mp != 0"

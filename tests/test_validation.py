@@ -56,7 +56,10 @@ def test_error_on_measured_runs_is_pinned(name):
     from opatlas.estimate import estimate_step
 
     est = estimate_step(load_config(VAL.FOLDER / f"{name}.yml"))
-    assert not [n for n in est.notes if "no measured data" in n], est.notes  # ops from data
+    fallbacks = {n for n in est.notes if "no measured data" in n}
+    # ops from data, but the attention dropout: the bundled samples have none (said on stderr)
+    assert fallbacks == {f"op attention_dropout/{p} has no measured data; roofline used"
+                         for p in ("fwd", "bwd")}, est.notes
     assert est.fits  # the run did fit on Selene's 80 GB A100s
     assert not [n for n in run.breakdown if run.breakdown[n] < 0]
     assert run.error == pytest.approx(EXPECTED[name], abs=0.002)

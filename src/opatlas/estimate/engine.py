@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from opatlas.columns import Columns, as_columns
-from opatlas.errors import OpatlasError
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured
 from opatlas.estimate.config import ModelConfig, TrainConfig
 from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
-from opatlas.estimate.optimes import RooflineFallbackWarning, RooflineTimes, op_times
+from opatlas.estimate.optimes import RooflineTimes, op_times
 from opatlas.estimate.pipeline import Schedule, partition_layers
 
 GiB = 2**30
@@ -86,7 +84,7 @@ def layout_json(c: TrainConfig) -> dict[str, Any]:
 
 
 UNFUSED_ATTENTION = ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm")
-DROPOUT = "attention_dropout"  # no op data: timed by the memory roofline (_dropout_times)
+DROPOUT = "attention_dropout"  # Megatron-LM's dropout over the probabilities (unfused)
 
 
 def attention_ops(m: ModelConfig) -> list[tuple[str, dict[str, Any], int]]:
@@ -159,35 +157,15 @@ def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:
             terms[i].append(OpTerm(op, where, count, float(f[i]), float(b[i]), rows[i],
                                    recomputed))
     if m.attention == "unfused" and m.attention_dropout > 0:
-        frame, rows = _shapes(cfgs, {}, False)
-        seconds = _dropout_times(fn, frame)
+        # a catalog op like the others: measured where the data has it, else the standard
+        # roofline fallback (memory-bound), said on stderr and refused under ops.strict
+        frame, rows = _shapes(cfgs, {"p": m.attention_dropout}, False)
+        f, b = fn(DROPOUT, frame, "fwd"), fn(DROPOUT, frame, "bwd")
         after = 1 + [t.op for t in terms[0]].index("ScaledUpperTriangMaskedSoftmax")
         for i, c in enumerate(cfgs):  # between the softmax and the bmm, as the layer runs it
-            terms[i].insert(after, OpTerm(DROPOUT, "layer", 1, float(seconds[i]),
-                                          float(seconds[i]), rows[i], _recomputed(c, DROPOUT)))
+            terms[i].insert(after, OpTerm(DROPOUT, "layer", 1, float(f[i]), float(b[i]),
+                                          rows[i], _recomputed(c, DROPOUT)))
     return terms
-
-
-def _dropout_times(fn: Any, shapes: Columns) -> np.ndarray:
-    """Seconds of the attention dropout, forward or backward (the same traffic), on one
-    shard's b·(h/tp)·l² probabilities: the forward reads them and writes the result and a
-    one-byte mask, the backward reads the gradient and the mask and writes the result. A
-    memory-bound elementwise kernel, timed by the memory roofline at the ops' memory
-    efficiency: the bundled data has no dropout samples."""
-    elems = shapes["b"] * (shapes["h"] // shapes["mp"]) * shapes["l"].astype(float) ** 2
-    width = 4.0 if fn.dtype == "fp32" else 2.0
-    return np.asarray(elems * (2 * width + 1) / (fn.device.bandwidth * fn.me), dtype=float)
-
-
-def _dropout_note(strict: bool) -> str:
-    """No op data has the attention dropout: said on stderr like any roofline fallback."""
-    note = (f"{DROPOUT}: no op data has it; timed as its memory traffic at the device's "
-            f"bandwidth × ops.memory_efficiency")
-    if strict:
-        raise OpatlasError(f"ops.mode data, strict: {note}; set model.attention_dropout: 0 or "
-                           f"drop --strict (ops.strict)")
-    warnings.warn(f"{note} (--strict makes this an error)", RooflineFallbackWarning, stacklevel=3)
-    return note
 
 
 def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
@@ -200,8 +178,6 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     devs = [_device_params(c) for c in cfgs]
     opt = _optimizer_times(fn, cfgs, devs)
     notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
-    if base.ops.mode == "data" and any(t.op == DROPOUT for t in terms[0]):
-        notes.append(_dropout_note(base.ops.strict))
     return [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes)
             for i, c in enumerate(cfgs)]
 

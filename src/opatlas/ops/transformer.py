@@ -221,6 +221,41 @@ class FillMask(_Rowwise):
 
 
 @register_op
+class AttentionDropout(_Rowwise):
+    """Dropout over one shard's (b, h/mp, l, l) attention probabilities (Megatron-LM's
+    ``--attention-dropout``, 0.1 by default, a kernel of its own in unfused attention).
+    2 FLOPs/elem each way (keep-mask and 1/(1-p) scale; the random numbers are not counted).
+    Memory: fwd reads x, writes y and a one-byte keep mask; bwd reads dy and the mask, writes
+    dx, so each way moves 2 elements and one byte per probability."""
+
+    name = "attention_dropout"
+    params = ("b", "h", "l")
+    defaults = {"mp": 1, "p": 0.1}
+    description = "dropout over the attention probabilities (b, h/mp, l, l)"
+    rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),
+             Rule("p must be in [0, 1)", lambda p: 0 <= float(p["p"]) < 1))
+    fwd_flops_per_elem, bwd_flops_per_elem = 2.0, 2.0
+
+    shape2d = staticmethod(scores_shape)
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        moved = (2 * dtype_bytes(p["dtype"]) + 1) * r * w
+        return {"fwd": moved, "bwd": moved}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        x = randn(I(p["b"]), I(p["h"]) // I(p["mp"]), I(p["l"]), I(p["l"]),
+                  dtype=p["dtype"], device=device)
+        return x, float(p["p"])
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, prob = state
+        return torch.nn.functional.dropout(x, p=prob, training=True)
+
+
+@register_op
 class Baddbmm(Op):
     """Megatron's score computation ``baddbmm(empty, q, kᵀ, beta=0, alpha=1/√d)`` of one shard:
     batch b·h/mp, (l × d)·(d × l); fwd 2·B·l·d·l + B·l·l (alpha), bwd 4·B·l·d·l."""
