@@ -194,10 +194,10 @@ def test_megatron_flags_that_matter_but_cannot_be_modelled_are_errors(flags, key
         megatron_config(base)
 
 
-def _selene_yaml(tmp_path: Path, layers: int, hidden: int, tp: int, pp: int, gpus: int,
-                 batch: int) -> Path:
+def _selene_yaml(tmp_path: Path, layers: int, hidden: int, heads: int, tp: int, pp: int,
+                 gpus: int, batch: int) -> Path:
     """A Selene run written by hand as opatlas YAML (the same assumptions as the .args)."""
-    cfg = {"model": {"name": "selene", "layers": layers, "hidden": hidden, "heads": hidden // 128,
+    cfg = {"model": {"name": "selene", "layers": layers, "hidden": hidden, "heads": heads,
                      "seq_len": 2048, "vocab": 51200, "ffn_kind": "gelu", "norm": "layernorm",
                      "learned_positions": True, "bias": True, "tied_embeddings": True,
                      "attention": "unfused"},
@@ -212,17 +212,17 @@ def _selene_yaml(tmp_path: Path, layers: int, hidden: int, tp: int, pp: int, gpu
 
 
 @pytest.mark.parametrize(("name", "shape"), [
-    ("18b", (40, 6144, 8, 1, 256, 1024)), ("145b", (80, 12288, 8, 8, 1536, 2304)),
-    ("1.7b", (24, 2304, 1, 1, 32, 512))])
+    ("18b", (40, 6144, 48, 8, 1, 256, 1024)), ("145b", (80, 12288, 96, 8, 8, 1536, 2304)),
+    ("1.7b", (24, 2304, 24, 1, 1, 32, 512))])
 def test_selene_runs_as_yaml_and_as_megatron_args_give_identical_estimates(tmp_path, name, shape):
     from_yaml = estimate_step(load_config(_selene_yaml(tmp_path, *shape))).as_json()
-    args = load_inputs(megatron_args=f"@{MEGATRON / f'selene-gpt-{name}.args'}", gpus=shape[4],
+    args = load_inputs(megatron_args=f"@{MEGATRON / f'selene-gpt-{name}.args'}", gpus=shape[5],
                        sets=["cluster.preset=dgx-a100"]).config
     from_args = estimate_step(args).as_json()
     assert from_args.pop("model") == f"selene-gpt-{name}"
     from_yaml.pop("model")
     assert from_args == from_yaml
-    assert from_args["step_time_s"] > 0 and from_args["gpus"] == shape[4]
+    assert from_args["step_time_s"] > 0 and from_args["gpus"] == shape[5]
 
 
 def test_mixtral_as_megatron_args_equals_the_bundled_yaml():

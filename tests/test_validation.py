@@ -26,6 +26,12 @@ def _validator():
 VAL = _validator()
 
 
+# attention heads, Narayanan et al. SC'21 Table 1 (the README's image omits the column): head
+# dimension 96 for the two smallest, 160 for the two largest, 128 between
+PUBLISHED_HEADS = {"gpt-1.7b": 24, "gpt-3.6b": 32, "gpt-7.5b": 32, "gpt-18b": 48, "gpt-39b": 64,
+                   "gpt-76b": 80, "gpt-145b": 96, "gpt-310b": 128, "gpt-530b": 128, "gpt-1t": 160}
+
+
 def test_every_run_has_a_config_with_the_stated_assumptions():
     table = VAL.measured()
     assert len(table) == 10
@@ -33,7 +39,8 @@ def test_every_run_has_a_config_with_the_stated_assumptions():
         c = load_config(VAL.FOLDER / f"{name}.yml")
         p, m = c.parallel, c.model
         mp = p.tp * p.pp
-        assert p.tp == min(mp, 8) and m.hidden // m.heads == 128
+        assert p.tp == min(mp, 8)  # the paper's Table 1 gives tp and pp; tp fills a node first
+        assert m.heads == PUBLISHED_HEADS[name]
         assert c.gpus == {"gpt-1.7b": 32, "gpt-3.6b": 64, "gpt-7.5b": 128, "gpt-18b": 256,
                           "gpt-39b": 512, "gpt-76b": 1024, "gpt-145b": 1536, "gpt-310b": 1920,
                           "gpt-530b": 2520, "gpt-1t": 3072}[name]
@@ -46,7 +53,7 @@ def test_every_run_has_a_config_with_the_stated_assumptions():
 
 
 # signed errors measured with benchmarks/validate_megatron.py (see benchmarks/RESULTS.md)
-EXPECTED = {"gpt-1.7b": -0.1036, "gpt-18b": 0.0413, "gpt-145b": -0.1006}
+EXPECTED = {"gpt-1.7b": -0.0301, "gpt-18b": 0.0410, "gpt-145b": -0.1007}
 
 
 @pytest.mark.slow  # loads the bundled A100 op models (about a minute when not yet cached)
