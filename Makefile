@@ -17,7 +17,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[torch,ray,tt,dev]"
+	$(BIN)/pip install -q -e ".[torch,ray,slurm,tt,dev]"
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)

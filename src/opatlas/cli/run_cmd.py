@@ -35,8 +35,9 @@ def run(
                                   help="Log line every N vectors when not on a terminal."),
     ops_module: list[str] | None = OpsModuleOpt,
     executor: str = typer.Option("local", "--executor",
-                                 help="local (this machine) or ray (a Ray cluster; "
-                                      "pip install 'opatlas[ray]')."),
+                                 help="local (this machine), ray (a Ray cluster; pip install "
+                                      "'opatlas[ray]') or submitit (a SLURM job array; pip "
+                                      "install 'opatlas[slurm]')."),
     address: str | None = typer.Option(
         None, "--address", help="Ray cluster: auto (the running one) or HOST:PORT; "
                                 "default: start Ray on this machine."),
@@ -46,6 +47,16 @@ def run(
     ray_resource: str | None = typer.Option(
         None, "--ray-resource", help="Ray: the resource a worker holds (default: GPU for cuda, "
                                      "TTNPU for ttnn, CPU otherwise)."),
+    jobs: int = typer.Option(4, "--jobs", min=1, help="submitit: tasks in the job array."),
+    submitit_folder: Path | None = typer.Option(
+        None, "--submitit-folder", help="submitit: shards and logs (default: STORE.submitit/, "
+                                        "on a file system every node sees)."),
+    submitit_cluster: str | None = typer.Option(
+        None, "--submitit-cluster", help="submitit: slurm, local (processes here) or debug "
+                                         "(in this process); default: slurm where it exists."),
+    submitit_opt: list[str] | None = typer.Option(
+        None, "--submitit-opt", help="submitit parameter key=value, repeatable (e.g. "
+                                     "slurm_partition=gpu, timeout_min=240, gpus_per_node=1)."),
 ) -> None:
     """Run every valid vector of SPEC on a backend and record the timings in the store.
 
@@ -62,24 +73,33 @@ def run(
         opatlas run linear.yml --backend cuda --backend-opt timing=profiler
 
         opatlas run llm-linear --backend cuda --executor ray --address auto --chunk 16
+
+        opatlas run llm-linear --backend cuda --executor submitit --jobs 16 \\
+            --submitit-opt slurm_partition=gpu --submitit-opt gpus_per_node=1
     """
     from opatlas.run import RunConfig, run_spec
     from opatlas.store import Store
     s = load(spec, ops_module)
-    options = {}
-    for item in backend_opt or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise OpatlasError(f"--backend-opt {item!r}: expected key=value")
-        options[key.strip()] = value.strip()
+    options = key_values(backend_opt, "--backend-opt")
     cfg = RunConfig(backend=backend, backend_options=options, repeats=repeats, warmup=warmup,
                     timeout_s=timeout,
                     retry_failed=retry_failed, log_every=log_every,
                     ops_modules=list(ops_module or []))
-    if executor not in ("local", "ray"):
-        raise OpatlasError(f"--executor {executor!r}: expected local or ray")
+    if executor not in ("local", "ray", "submitit"):
+        raise OpatlasError(f"--executor {executor!r}: expected local, ray or submitit")
+    if executor == "submitit" and (parts, part) != (1, 1):
+        raise OpatlasError("--executor submitit splits the sweep itself into --jobs parts; "
+                           "drop --parts/--part")
     with Store(store) as st:
-        if executor == "ray":
+        if executor == "submitit":
+            from opatlas.run.submitit_executor import SubmititConfig, run_spec_submitit
+
+            scfg = SubmititConfig(
+                jobs=jobs, cluster=submitit_cluster,
+                folder=submitit_folder or store.with_name(store.name + ".submitit"),
+                parameters=_typed(key_values(submitit_opt, "--submitit-opt")))
+            summary = run_spec_submitit(s, st, cfg, scfg, where=where)
+        elif executor == "ray":
             from opatlas.run.ray_executor import RayConfig, run_spec_ray
 
             rcfg = RayConfig(address=address, devices_per_task=devices_per_task, chunk=chunk,
@@ -94,6 +114,30 @@ def run(
     for line in node_lines(summary):
         typer.echo(line)
     typer.echo(f"store: {store.resolve()}")
+
+
+def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise OpatlasError(f"{flag} {item!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _typed(options: dict[str, str]) -> dict[str, object]:
+    """Numbers as numbers (submitit checks the types of timeout_min, gpus_per_node, ...)."""
+    out: dict[str, object] = {}
+    for key, value in options.items():
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
 
 
 def node_lines(summary: RunSummary) -> list[str]:

@@ -49,10 +49,14 @@ class SweepPlan:
         return VectorStream(self.spec, parts=self.parts, part=self.part, where=self.where,
                             keep_invalid=keep_invalid, batch_size=self.batch_size)
 
-    def work(self, store: Store, backend: str, device: str, retry_failed: bool = False) -> Work:
+    def work(self, store: Store, backend: str, device: str, retry_failed: bool = False,
+             also_done: np.ndarray | None = None) -> Work:
         """What (backend, device) still has to run: the vectors the store does not hold yet
-        for it; with ``retry_failed``, failed ones (error/oom/timeout/crash) run again."""
+        for it; with ``retry_failed``, failed ones (error/oom/timeout/crash) run again.
+        ``also_done``: sorted keys held elsewhere (a job array's driver store), skipped too."""
         done = store.done_keys(backend, device, RESUMABLE if retry_failed else None)
+        if also_done is not None and len(also_done):
+            done = np.union1d(done, also_done)
         todo = int(np.count_nonzero(~contains(done, self.keys)))
         return Work(total=self.valid, todo=todo, batches=self._pending(done))
 

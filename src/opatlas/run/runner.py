@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from opatlas.backends import get_backend
 from opatlas.errors import OpatlasError
 from opatlas.ops import get_op, load_ops_module
@@ -96,11 +98,12 @@ class Runner:
         self.device = self.backend.device_name()
         self.versions = canonical_json(self.backend.versions())
 
-    def run(self, plan: SweepPlan) -> RunSummary:
-        """Run what the store does not hold yet of ``plan`` (all of it on a fresh store)."""
+    def run(self, plan: SweepPlan, also_done: np.ndarray | None = None) -> RunSummary:
+        """Run what the store does not hold yet of ``plan`` (all of it on a fresh store), less
+        ``also_done`` (sorted vector keys held elsewhere)."""
         cfg, spec = self.config, plan.spec
         how = measurement(spec, cfg)
-        work = plan.work(self.store, cfg.backend, self.device, cfg.retry_failed)
+        work = plan.work(self.store, cfg.backend, self.device, cfg.retry_failed, also_done)
         summary = RunSummary(total=work.total, skipped=work.skipped)
         worker = open_worker(self.backend, cfg.backend, cfg.ops_modules, cfg.backend_options)
         builder = RowBuilder(cfg.backend, self.device, self.versions)
