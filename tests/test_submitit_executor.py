@@ -4,6 +4,7 @@ local run, resume, shards left by a dead driver or task merged once."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -111,8 +112,15 @@ def test_a_task_that_died_gives_back_what_it_recorded(tmp_path, capsys):
     folder = tmp_path / "shards"
     folder.mkdir()
     db, shard = shard_paths(folder, 2)
-    with Store(db) as st:
-        run_spec(spec, st, quiet(), parts=3, part=2)
+    # the task's process ends without closing its store (killed): a WAL is left to replay
+    code = (f"import os\nfrom opatlas.store import Store\nfrom opatlas.run import RunConfig, run_spec\n"
+            f"from opatlas.spec import spec_from_mapping\n"
+            f"st = Store({str(db)!r})\n"
+            f"run_spec(spec_from_mapping({spec.model_dump(mode='json', exclude_none=True)!r}), st, "
+            f"RunConfig(timeout_s=3.0, interactive=False, log_every=10**6), parts=3, part=2)\n"
+            f"os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    assert db.with_name(db.name + ".wal").exists()
     from opatlas.run.runner import RunSummary
 
     summary = RunSummary()

@@ -188,7 +188,7 @@ def _merge(store: Store, db: Path, shard: Path) -> int:
         if not db.exists():
             return 0
         try:
-            with Store(db, read_only=True) as part_store:
+            with Store(db) as part_store:  # read-write: a killed task's WAL is replayed
                 _export(part_store, shard)
         except Exception as exc:  # still open in a live task, or cut short mid-write
             _say(f"{db}: cannot read it now ({type(exc).__name__}); it stays for the next run")
