@@ -54,3 +54,8 @@ def test_demo_runs_and_prints_the_store_path(tmp_path):
     assert "linear" in proc.stdout and "layernorm" in proc.stdout
     report = tmp_path / "d" / "report.html"
     assert report.exists() and f"report: {report.resolve()}" in proc.stdout.replace("\n", "")
+    from opatlas.store import Store
+
+    with Store(tmp_path / "d" / "opatlas.duckdb", read_only=True) as st:
+        versions = set(st.results()["versions_json"])
+    assert all('"threads":"1"' in v.replace(" ", "") for v in versions), versions

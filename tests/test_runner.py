@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -71,6 +72,48 @@ def test_real_cpu_op_records_flops_and_bytes(tmp_path):
     assert df.loc["fwd", "min_bytes"] == 4 * (t * i + i * o + t * o)
     assert (df["status"] == "ok").all() and (df["min_ns"] > 0).all()
     assert (df["min_ns"] <= df["median_ns"]).all() and (df["median_ns"] <= df["max_ns"]).all()
+
+
+PROBE_THREADS = '''
+from opatlas.ops.base import Op
+from opatlas.ops.registry import register_op
+
+
+@register_op
+class ThreadProbe(Op):
+    """Fails on purpose with the measuring process's PyTorch thread count."""
+    name = "thread_probe"
+    params = ("i",)
+
+    def build(self, p, device):
+        return None
+
+    def forward(self, state):
+        import torch
+
+        raise RuntimeError(f"threads={torch.get_num_threads()}")
+'''
+
+
+def test_cpu_threads_option_pins_the_measuring_process_and_is_recorded(tmp_path):
+    module = tmp_path / "probe.py"
+    module.write_text(PROBE_THREADS)
+    from opatlas.ops import load_ops_module
+
+    load_ops_module(str(module))
+    spec = spec_from_mapping({"op": "thread_probe", "params": {"i": [0]}, "repeats": 1,
+                              "warmup": 0})
+    cfg = RunConfig(interactive=False, ops_modules=[str(module)],
+                    backend_options={"threads": "1"})
+    with Store(tmp_path / "s.duckdb") as st:
+        run_spec(spec, st, cfg)
+        row = st.results().iloc[0]
+    assert row["status"] == "error" and "threads=1" in row["message"]
+    assert json.loads(row["versions_json"])["threads"] == "1"
+    bad = write_spec(tmp_path / "s.yml", {"op": "noop", "params": {"i": [0]}})
+    proc = run_cli("run", str(bad), "--backend-opt", "threads=0", "--store",
+                   str(tmp_path / "t.duckdb"))
+    assert proc.returncode == 2 and "threads must be >= 1, got 0" in proc.stderr
 
 
 def test_kill_minus_9_then_resume_records_every_vector_exactly_once(tmp_path):

@@ -13,6 +13,8 @@ from opatlas.spec import resolve_spec
 from opatlas.store import Store
 
 DEMO_SPECS = ("demo-linear", "demo-bmm", "demo-layernorm", "demo-softmax", "demo-gelu")
+# one PyTorch thread: timings that stay put on a laptop or CI box busy with other work
+DEMO_BACKEND = {"threads": "1"}
 
 
 def run_demo(out: Path, *, repeats: int | None = None, console: Console | None = None) -> Path:
@@ -23,7 +25,8 @@ def run_demo(out: Path, *, repeats: int | None = None, console: Console | None =
     with Store(store_path) as store:
         for name in DEMO_SPECS:
             spec = resolve_spec(name)
-            summary = run_spec(spec, store, RunConfig(repeats=repeats, log_every=1000))
+            summary = run_spec(spec, store, RunConfig(repeats=repeats, log_every=1000,
+                                                      backend_options=DEMO_BACKEND))
             console.print(f"  {name:<16} {summary.total:>4} vectors, ran {summary.ran:>4}, "
                           f"skipped {summary.skipped:>4} already stored ({summary.rate:.1f} vec/s)")
         df = store.results()

@@ -1,4 +1,10 @@
-"""PyTorch on the CPU, timed with ``time.perf_counter_ns`` around each pass."""
+"""PyTorch on the CPU, timed with ``time.perf_counter_ns`` around each pass.
+
+Option ``threads=N`` (``--backend-opt threads=1``) fixes PyTorch's intra-op threads in the
+measuring process. On a machine that other work shares, a multi-threaded kernel waits at each
+barrier for a thread the OS has descheduled, and single repeats jump to a scheduler time slice
+(milliseconds, whatever the op); one thread gives stable timings there, at the cost of measuring
+one core."""
 
 from __future__ import annotations
 
@@ -27,11 +33,19 @@ def cpu_model_name() -> str:
 class CpuBackend(Backend):
     name = "cpu"
 
+    def __init__(self, threads: int | str | None = None) -> None:
+        self.threads = None if threads in (None, "") else int(threads)
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        self._pinned = False
+
     def device_name(self) -> str:
         return cpu_model_name()
 
     def versions(self) -> dict[str, str]:
         out = {"python": platform.python_version()}
+        if self.threads is not None:
+            out["threads"] = str(self.threads)
         try:
             from importlib.metadata import version
 
@@ -42,6 +56,7 @@ class CpuBackend(Backend):
 
     def measure(self, op: Op, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
                 warmup: int) -> dict[str, list[int]]:
+        self._pin_threads()
         state = op.build(params, "cpu")
         timings: dict[str, list[int]] = {}
         clock = time.perf_counter_ns
@@ -56,3 +71,10 @@ class CpuBackend(Backend):
                 samples.append(clock() - t0)
             timings[pass_] = samples
         return timings
+
+    def _pin_threads(self) -> None:
+        if self.threads is not None and not self._pinned:
+            import torch
+
+            torch.set_num_threads(self.threads)
+            self._pinned = True
