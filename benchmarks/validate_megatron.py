@@ -1,11 +1,16 @@
-"""Predicted vs measured step times of Megatron-LM's published Selene (DGX A100) runs.
+"""Predicted vs measured step times of Megatron-LM's published runs on Selene (DGX A100).
 
-Each run of ``examples/validation/megatron_selene_a100_2021.csv`` (Narayanan et al. SC'21,
-Table 1; see that folder's PROVENANCE.md) is an opatlas config beside it, with every assumption
-the table leaves open written in its comments. This prints, per run, the estimate, the measured
-step time and the signed error, then the mean absolute error.
+Two tables, each run an opatlas config beside it with every assumption the table leaves open
+written in its comments (see each folder's PROVENANCE.md):
 
-    PYTHONPATH=src python benchmarks/validate_megatron.py [--json] [gpt-1.7b gpt-18b ...]
+- ``selene-2021``: Narayanan et al. SC'21, Table 1, GPT 1.7B–1T (``examples/validation/``);
+- ``korthikanti-2022``: Korthikanti et al. 2022, the full-recomputation baseline of GPT 22B–1T
+  (``examples/validation/korthikanti-2022/``).
+
+This prints, per run, the estimate, the measured step time and the signed error, then each
+table's mean absolute error.
+
+    PYTHONPATH=src python benchmarks/validate_megatron.py [--json] [--table NAME] [gpt-1.7b ...]
 """
 
 from __future__ import annotations
@@ -17,7 +22,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parents[1] / "examples" / "validation"
-TABLE = FOLDER / "megatron_selene_a100_2021.csv"
+
+
+@dataclass(frozen=True)
+class Table:
+    folder: Path
+    csv_name: str
+    time_column: str
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.csv_name
+
+
+TABLES = {
+    "selene-2021": Table(FOLDER, "megatron_selene_a100_2021.csv", "step_time_s_derived"),
+    "korthikanti-2022": Table(FOLDER / "korthikanti-2022", "megatron_full_recompute_a100_2022.csv",
+                              "iteration_time_s"),
+}
+DEFAULT_TABLE = "selene-2021"
+TABLE = TABLES[DEFAULT_TABLE].path
 
 
 @dataclass(frozen=True)
@@ -38,20 +62,25 @@ def config_name(model: str) -> str:
     return "gpt-" + model.split()[1].lower()
 
 
-def measured() -> dict[str, float]:
-    """Step time in seconds per run, as the table derives it."""
-    with TABLE.open() as f:
-        return {config_name(r["model"]): float(r["step_time_s_derived"]) for r in csv.DictReader(f)}
+def config_path(name: str, table: str = DEFAULT_TABLE) -> Path:
+    return TABLES[table].folder / f"{name}.yml"
 
 
-def validate(names: list[str] | None = None) -> list[Run]:
+def measured(table: str = DEFAULT_TABLE) -> dict[str, float]:
+    """Step time in seconds per run, as the table gives or derives it."""
+    t = TABLES[table]
+    with t.path.open() as f:
+        return {config_name(r["model"]): float(r[t.time_column]) for r in csv.DictReader(f)}
+
+
+def validate(names: list[str] | None = None, table: str = DEFAULT_TABLE) -> list[Run]:
     from opatlas.estimate import estimate_step, load_config
 
     runs = []
-    for name, step in measured().items():
+    for name, step in measured(table).items():
         if names and name not in names:
             continue
-        est = estimate_step(load_config(FOLDER / f"{name}.yml"))
+        est = estimate_step(load_config(config_path(name, table)))
         runs.append(Run(name, step, est.step_time_s, est.breakdown))
     return runs
 
@@ -60,19 +89,35 @@ def mean_abs_error(runs: list[Run]) -> float:
     return sum(abs(r.error) for r in runs) / len(runs)
 
 
-def main(argv: list[str]) -> None:
-    as_json = "--json" in argv
-    runs = validate([a for a in argv if not a.startswith("--")] or None)
-    if as_json:
-        print(json.dumps({"runs": [{"name": r.name, "measured_s": r.measured_s,
-                                    "predicted_s": r.predicted_s, "error": r.error,
-                                    "breakdown": r.breakdown} for r in runs],
-                          "mean_abs_error": mean_abs_error(runs)}))
-        return
+def _print(table: str, runs: list[Run]) -> None:
+    print(f"{table}: {TABLES[table].path.relative_to(FOLDER.parents[1])}")
     print(f"{'run':10s} {'predicted s':>12s} {'measured s':>11s} {'error':>7s}")
     for r in runs:
         print(f"{r.name:10s} {r.predicted_s:12.3f} {r.measured_s:11.3f} {100 * r.error:+6.1f}%")
-    print(f"mean absolute error {100 * mean_abs_error(runs):.1f}% over {len(runs)} runs")
+    print(f"mean absolute error {100 * mean_abs_error(runs):.1f}% over {len(runs)} runs\n")
+
+
+def main(argv: list[str]) -> None:
+    as_json = "--json" in argv
+    tables = list(TABLES)
+    if "--table" in argv:
+        i = argv.index("--table")
+        if i + 1 >= len(argv) or argv[i + 1] not in TABLES:
+            sys.exit(f"--table: one of {', '.join(TABLES)}")
+        tables = [argv[i + 1]]
+        argv = argv[:i] + argv[i + 2:]
+    names = [a for a in argv if not a.startswith("--")] or None
+    results = {t: validate(names, t) for t in tables}
+    results = {t: runs for t, runs in results.items() if runs}
+    if as_json:
+        print(json.dumps({t: {"runs": [{"name": r.name, "measured_s": r.measured_s,
+                                        "predicted_s": r.predicted_s, "error": r.error,
+                                        "breakdown": r.breakdown} for r in runs],
+                              "mean_abs_error": mean_abs_error(runs)}
+                          for t, runs in results.items()}))
+        return
+    for t, runs in results.items():
+        _print(t, runs)
 
 
 if __name__ == "__main__":

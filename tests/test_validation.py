@@ -90,3 +90,55 @@ def test_unfused_items_are_the_data_models_at_the_hand_computed_shapes():
             assert by[(op, pass_)].time_per_call_s == pytest.approx(want, rel=1e-9)
         assert by[(op, "recompute")].time_s == pytest.approx(by[(op, "fwd")].time_s)
         assert by[(op, "fwd")].calls == 32 * 40  # micro-batches × layers
+
+
+# --- the second table: Korthikanti et al. 2022, full-recomputation baseline ------------------
+
+K22 = "korthikanti-2022"
+
+
+def _k22_rows() -> dict[str, dict[str, str]]:
+    import csv
+
+    with VAL.TABLES[K22].path.open() as f:
+        return {VAL.config_name(r["model"]): r for r in csv.DictReader(f)}
+
+
+def test_2022_configs_follow_the_published_layouts():
+    rows = _k22_rows()
+    assert sorted(rows) == ["gpt-175b", "gpt-1t", "gpt-22b", "gpt-530b"]
+    assert VAL.measured(K22) == {"gpt-22b": 1.42, "gpt-175b": 18.13, "gpt-530b": 49.05,
+                                 "gpt-1t": 94.42}
+    for name, r in rows.items():
+        c = load_config(VAL.config_path(name, K22))
+        m, p = c.model, c.parallel
+        assert (m.layers, m.hidden, m.heads, m.seq_len, m.vocab) == \
+            (int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq_len"]), int(r["vocab"]))
+        assert (p.tp, p.pp, p.dp, c.gpus) == (int(r["tp"]), int(r["pp"]), 1, int(r["gpus"]))
+        assert (c.training.global_batch, c.training.micro_batch) == \
+            (int(r["global_batch"]), int(r["micro_batch"]))
+        assert (p.recompute, p.sequence_parallel, m.attention) == ("full", False, "unfused")
+
+
+def test_530b_and_1t_have_the_same_work_per_pipeline_in_both_tables():
+    """What the PROVENANCE's comparison of the two years rests on: the same model and
+    micro-batches per pipeline; only the data-parallel degree differs."""
+    for name in ("gpt-530b", "gpt-1t"):
+        old = load_config(VAL.config_path(name, "selene-2021"))
+        new = load_config(VAL.config_path(name, K22))
+        assert old.model.model_dump(exclude={"name"}) == new.model.model_dump(exclude={"name"})
+        assert (old.parallel.tp, old.parallel.pp, old.training.micro_batch, old.micro_batches) == \
+            (new.parallel.tp, new.parallel.pp, new.training.micro_batch, new.micro_batches)
+        assert old.parallel.dp > 1
+        assert new.parallel.dp == 1
+
+
+# signed errors measured with benchmarks/validate_megatron.py --table korthikanti-2022
+EXPECTED_2022 = {"gpt-22b": -0.0225, "gpt-175b": -0.0329, "gpt-530b": -0.0112, "gpt-1t": 0.0330}
+
+
+@pytest.mark.slow
+def test_2022_runs_within_five_percent_and_pinned():
+    runs = VAL.validate(table=K22)
+    assert {r.name: r.error for r in runs} == pytest.approx(EXPECTED_2022, abs=0.002)
+    assert VAL.mean_abs_error(runs) <= 0.05
