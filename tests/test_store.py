@@ -142,8 +142,8 @@ def test_memory_limit_from_the_environment_and_bad_values(tmp_path, monkeypatch)
 
 
 def test_a_store_outgrowing_its_memory_limit_raises_it_and_loses_nothing(tmp_path, capsys):
-    """DuckDB cannot evict its indexes: a write that runs out of the limit is rolled back,
-    the limit doubles, and the write runs again (each row once)."""
+    """A write that runs out of the limit is rolled back, the limit doubles, and the write
+    runs again (each row once)."""
     with Store(tmp_path / "s.duckdb") as st:
         st.limit_memory("1MiB")
         for start in range(0, 30_000, 10_000):
