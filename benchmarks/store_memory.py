@@ -3,7 +3,7 @@
 Writes ``--vectors`` vectors (``add_sweep`` then ``add_vectors``, 20,000 a transaction, as a
 sweep is recorded) and ``--passes`` result rows per vector (``add_results``, ``--batch`` rows a
 transaction: the Ray driver writes 512), with the store's memory limit set as a sweep sets it
-(``OPATLAS_STORE_MEMORY_LIMIT``, 256 MB unless set). Prints the peak RSS (sampled every 0.1 s),
+(``OPATLAS_STORE_MEMORY_LIMIT``, 64 MB unless set). Prints the peak RSS (sampled every 0.1 s),
 what ``duckdb_memory()`` holds at the end by tag, and the write rates.
 
 Run with another checkout's store on ``PYTHONPATH`` to compare schemas::

@@ -124,7 +124,7 @@ def test_memory_limit_from_the_environment_and_bad_values(tmp_path, monkeypatch)
     with Store(tmp_path / "s.duckdb") as st:
         monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
         st.limit_memory()
-        assert st.memory_limit == 256 * 10**6
+        assert st.memory_limit == 64 * 10**6
         monkeypatch.setenv(MEMORY_LIMIT_ENV, "1.5GiB")
         st.limit_memory()
         assert st.memory_limit == int(1.5 * 2**30)
