@@ -41,7 +41,7 @@ DEFAULT_STORE = "opatlas.duckdb"
 SCHEMA_VERSION = 2
 STATUSES = ("ok", "invalid", "error", "oom", "timeout", "crash")
 MEMORY_LIMIT_ENV = "OPATLAS_STORE_MEMORY_LIMIT"
-DEFAULT_MEMORY_LIMIT = "64MB"  # a 1M-vector sweep's driver: 459 MB peak RSS (256MB: 614)
+DEFAULT_MEMORY_LIMIT = "64MB"  # a 1M-vector Ray driver: 449 MB peak RSS (256MB: 614 MB)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -246,7 +246,7 @@ class Store:
                 raise
             raise StoreError(f"cannot migrate the store {self.path} from schema {version} to "
                              f"{SCHEMA_VERSION}: {exc}. It was left as it was (the migration was "
-                             f"rolled back); opatlas --read-only commands can still read it"
+                             f"rolled back), and what only reads it (opatlas results, fit, analyze) still can"
                              ) from None
         if old:
             self.con.execute("CHECKPOINT").fetchall()  # frees the old tables' blocks
