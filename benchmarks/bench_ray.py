@@ -13,7 +13,7 @@
    RSS sampled every 0.5 s from before the expansion to the end (phases: recording the sweep
    batch by batch, then the dispatch, which expands the vectors again as chunks are taken),
    what DuckDB's own buffers hold at the end and the store's memory limit then
-   (``OPATLAS_STORE_MEMORY_LIMIT``, 256 MB unless set; raised only if its indexes need it).
+   (``OPATLAS_STORE_MEMORY_LIMIT``, 64 MB unless set; raised only if a write needs more).
 
 Run: ``pytest benchmarks/bench_ray.py --benchmark-only -s`` (prints the tables).
 """
@@ -227,3 +227,5 @@ def test_driver_memory_over_a_long_simulated_sweep(benchmark, cluster, sim_modul
     step = max(1, len(sampler.samples) // 20)
     for t, phase, rss in sampler.samples[::step]:
         print(f"  t={t:7.1f} s  {phase:<14} rss={rss:7.1f} MB")
+    t, phase, rss = max(sampler.samples, key=lambda s: s[2])
+    print(f"  peak: t={t:7.1f} s  {phase:<14} rss={rss:7.1f} MB")

@@ -124,7 +124,7 @@ def test_memory_limit_from_the_environment_and_bad_values(tmp_path, monkeypatch)
     with Store(tmp_path / "s.duckdb") as st:
         monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
         st.limit_memory()
-        assert st.memory_limit == 256 * 10**6
+        assert st.memory_limit == 64 * 10**6
         monkeypatch.setenv(MEMORY_LIMIT_ENV, "1.5GiB")
         st.limit_memory()
         assert st.memory_limit == int(1.5 * 2**30)
@@ -142,8 +142,8 @@ def test_memory_limit_from_the_environment_and_bad_values(tmp_path, monkeypatch)
 
 
 def test_a_store_outgrowing_its_memory_limit_raises_it_and_loses_nothing(tmp_path, capsys):
-    """DuckDB cannot evict its indexes: a write that runs out of the limit is rolled back,
-    the limit doubles, and the write runs again (each row once)."""
+    """A write that runs out of the limit is rolled back, the limit doubles, and the write
+    runs again (each row once)."""
     with Store(tmp_path / "s.duckdb") as st:
         st.limit_memory("1MiB")
         for start in range(0, 30_000, 10_000):

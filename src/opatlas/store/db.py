@@ -1,12 +1,21 @@
 """DuckDB-backed store of sweeps, vectors and results.
 
 Every write is one transaction. Results are keyed by (vector, pass, backend, device, dtype) and
-inserted with ``INSERT OR IGNORE``, so a resumed or repeated run never records a vector twice.
-A file that is not a DuckDB database, or one written by a newer schema, is refused untouched.
+vectors by (sweep, vector); a row whose key the store holds already is ignored (the first write
+wins), so a resumed or repeated run never records a row twice.
+
+Schema 2 keeps no primary-key index on ``vectors`` and ``results``: DuckDB holds such indexes in
+memory and cannot evict them (0.14 KB a row: 411 MB for a million-vector sweep). Each row has a
+``key_hash`` instead, 64 bits of the md5 of its key (:func:`key_hash`), and a write looks up the
+batch's hashes (a hash join on 8-byte integers), then compares the full keys of the few rows
+that match, so a collision can never drop a distinct row. A schema-1 store is migrated when it is
+opened read-write (one transaction; read-only, it is read as it is). A file that is not a DuckDB
+database, or one written by a newer schema, is refused untouched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -29,27 +38,29 @@ from opatlas.sweep import Vector, params_json
 T = TypeVar("T")
 
 DEFAULT_STORE = "opatlas.duckdb"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "invalid", "error", "oom", "timeout", "crash")
 MEMORY_LIMIT_ENV = "OPATLAS_STORE_MEMORY_LIMIT"
-DEFAULT_MEMORY_LIMIT = "256MB"
+DEFAULT_MEMORY_LIMIT = "64MB"  # a 1M-vector Ray driver: 449 MB peak RSS (256MB: 614 MB)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
-_SCHEMA = """
+_VECTORS_DDL = """
+    sweep_id VARCHAR NOT NULL, vector_id VARCHAR NOT NULL, idx BIGINT, op VARCHAR,
+    params_json VARCHAR, valid BOOLEAN, reason VARCHAR, key_hash BIGINT NOT NULL"""
+_RESULTS_DDL = """
+    vector_id VARCHAR NOT NULL, op VARCHAR, params_json VARCHAR, pass VARCHAR NOT NULL,
+    backend VARCHAR NOT NULL, device VARCHAR NOT NULL, dtype VARCHAR NOT NULL, repeats INTEGER,
+    mean_ns DOUBLE, std_ns DOUBLE, median_ns DOUBLE, min_ns DOUBLE, max_ns DOUBLE, flops DOUBLE,
+    min_bytes DOUBLE, status VARCHAR, message VARCHAR, versions_json VARCHAR,
+    created_at TIMESTAMP, key_hash BIGINT NOT NULL"""
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS sweeps (
     sweep_id VARCHAR PRIMARY KEY, name VARCHAR, op VARCHAR, source VARCHAR,
     spec_json VARCHAR, created_at TIMESTAMP);
-CREATE TABLE IF NOT EXISTS vectors (
-    sweep_id VARCHAR, vector_id VARCHAR, idx BIGINT, op VARCHAR, params_json VARCHAR,
-    valid BOOLEAN, reason VARCHAR, PRIMARY KEY (sweep_id, vector_id));
-CREATE TABLE IF NOT EXISTS results (
-    vector_id VARCHAR, op VARCHAR, params_json VARCHAR, pass VARCHAR, backend VARCHAR,
-    device VARCHAR, dtype VARCHAR, repeats INTEGER, mean_ns DOUBLE, std_ns DOUBLE,
-    median_ns DOUBLE, min_ns DOUBLE, max_ns DOUBLE, flops DOUBLE, min_bytes DOUBLE,
-    status VARCHAR, message VARCHAR, versions_json VARCHAR, created_at TIMESTAMP,
-    PRIMARY KEY (vector_id, pass, backend, device, dtype));
+CREATE TABLE IF NOT EXISTS vectors ({_VECTORS_DDL});
+CREATE TABLE IF NOT EXISTS results ({_RESULTS_DDL});
 """
 
 RESULT_COLUMNS = (
@@ -100,8 +111,47 @@ def parse_size(text: str, what: str = "size") -> int:
     return nbytes
 
 
-_VECTOR_COLUMNS = ["sweep_id", "vector_id", "idx", "op", "params_json", "valid", "reason"]
-_INSERT_VECTORS = "INSERT OR IGNORE INTO vectors SELECT * FROM _new_vectors"
+_VECTOR_COLUMNS = ("sweep_id", "vector_id", "idx", "op", "params_json", "valid", "reason")
+VECTOR_KEY = ("sweep_id", "vector_id")
+RESULT_KEY = ("vector_id", "pass", "backend", "device", "dtype")
+_ORDER = "_order"  # a batch's row order: within a batch too, the first row of a key wins
+
+
+def key_hash(*fields: str) -> int:
+    """The ``key_hash`` of a key (its fields in the table's key order), as the store computes it
+    in SQL (:func:`key_hash_sql`): the first 8 bytes of the md5 of the fields, each after its
+    length in bytes and all joined by ``|`` (so two different keys never give the same text),
+    read big-endian and shifted into a signed 64-bit integer. md5 keeps it the same in every
+    process and DuckDB version (DuckDB's own ``hash()`` may change between versions)."""
+    text = "|".join(f"{len(f.encode())}|{f}" for f in fields)
+    return int(hashlib.md5(text.encode()).hexdigest()[:16], 16) - 2**63
+
+
+def key_hash_sql(columns: Sequence[str]) -> str:
+    """The SQL expression of :func:`key_hash` over these columns."""
+    text = ", ".join(f'strlen("{c}"), "{c}"' for c in columns)
+    return (f"CAST(CAST(('0x' || substr(md5(concat_ws('|', {text})), 1, 16))::UBIGINT AS HUGEINT)"
+            f" - 9223372036854775808 AS BIGINT)")
+
+
+def _insert_new_sql(table: str, columns: Sequence[str], key: Sequence[str], batch: str) -> str:
+    """Insert the rows of the registered frame ``batch`` whose key ``table`` lacks, each key once
+    (its first row in ``_ORDER``); the statement's result is the count inserted.
+
+    Only the batch's hashes are looked up in ``table`` (reading its ``key_hash`` column alone);
+    the full keys are read and compared only for rows whose hash is there already."""
+    cols, keys = _column_list(columns), _column_list(key)
+    same = " AND ".join(f'o."{c}" = n."{c}"' for c in key)
+    return (
+        f"INSERT INTO {table} ({cols}, key_hash) "
+        f"WITH n AS MATERIALIZED (SELECT {cols}, {key_hash_sql(key)} AS key_hash FROM {batch} "
+        f"  QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {_ORDER}) = 1), "
+        f"hit AS MATERIALIZED (SELECT DISTINCT key_hash FROM {table} "
+        f"  WHERE key_hash IN (SELECT key_hash FROM n)), "
+        f"old AS MATERIALIZED (SELECT key_hash, {keys} FROM {table} "
+        f"  WHERE key_hash IN (SELECT key_hash FROM hit)) "
+        f"SELECT {cols}, key_hash FROM n "
+        f"WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.key_hash = n.key_hash AND {same})")
 
 
 def _vector_frame(sweep_id: str, vectors: Sequence[Vector],
@@ -111,7 +161,19 @@ def _vector_frame(sweep_id: str, vectors: Sequence[Vector],
             for v in vectors]
     rows += [(sweep_id, v.id, v.index, v.op, params_json(v.params), False, reason)
              for v, reason in invalid]
-    return pd.DataFrame(rows, columns=_VECTOR_COLUMNS)
+    df = pd.DataFrame(rows, columns=list(_VECTOR_COLUMNS))
+    df[_ORDER] = np.arange(len(df))
+    return df
+
+
+_TABLES = {  # columns (less key_hash), key, schema-2 columns
+    "vectors": (_VECTOR_COLUMNS, VECTOR_KEY, _VECTORS_DDL),
+    "results": (RESULT_COLUMNS, RESULT_KEY, _RESULTS_DDL),
+}
+
+
+def _column_list(columns: Sequence[str]) -> str:
+    return ", ".join(f'"{c}"' for c in columns)
 
 
 def _looks_like_duckdb(path: Path) -> bool:
@@ -126,6 +188,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE, *, read_only: bool = False):
         self.path = Path(path)
         self.memory_limit: int | None = None  # bytes, when set by limit_memory
+        self.schema_version = SCHEMA_VERSION  # 1 for a schema-1 store opened read-only
         if self.path.exists() and self.path.stat().st_size > 0 and not _looks_like_duckdb(self.path):
             raise StoreError(f"{self.path} is not a DuckDB file; refusing to open it "
                              f"(it was left untouched)")
@@ -144,6 +207,7 @@ class Store:
     def _check_schema(self, read_only: bool) -> None:
         tables = {r[0] for r in self.con.execute("SELECT table_name FROM information_schema.tables")
                   .fetchall()}
+        version = 0
         if "meta" in tables:
             rows = self.con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall()
             version = int(rows[0][0]) if rows else 0
@@ -157,11 +221,47 @@ class Store:
             raise StoreError(f"{self.path} is a DuckDB file but not an opatlas store "
                              f"(tables: {sorted(tables)}); it was left untouched")
         if read_only:
+            if version == 1:  # read as it is: its reads name their columns, as in schema 2
+                self.schema_version = 1
+                return
             raise StoreError(f"store {self.path} is empty or not initialised")
-        with self.transaction():
-            self.con.execute(_SCHEMA).fetchall()
-            self.con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                             [str(SCHEMA_VERSION)]).fetchall()
+        old = [t for t in ("vectors", "results") if t in tables and "key_hash" not in
+               {r[0] for r in self.con.execute(
+                   "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                   [t]).fetchall()}]
+        if old:
+            print(f"opatlas: migrating the store {self.path} from schema {version} to "
+                  f"{SCHEMA_VERSION} (a key hash in place of the primary-key indexes of "
+                  f"{' and '.join(old)}, which DuckDB keeps in memory); one transaction",
+                  file=sys.stderr, flush=True)
+        try:
+            with self.transaction():
+                for table in old:
+                    self._migrate(table)
+                self.con.execute(_SCHEMA).fetchall()
+                self.con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                                 [str(SCHEMA_VERSION)]).fetchall()
+        except duckdb.Error as exc:
+            if not old:
+                raise
+            raise StoreError(f"cannot migrate the store {self.path} from schema {version} to "
+                             f"{SCHEMA_VERSION}: {exc}. It was left as it was (the migration was "
+                             f"rolled back), and what only reads it (opatlas results, fit, analyze) still can"
+                             ) from None
+        if old:
+            self.con.execute("CHECKPOINT").fetchall()  # frees the old tables' blocks
+
+    def _migrate(self, table: str) -> None:
+        """Rebuild a schema-1 table (a primary key, no ``key_hash``) in schema 2, in the open
+        transaction. Its primary key held each key once, so its rows are copied as they are."""
+        columns, key, ddl = _TABLES[table]
+        cols = _column_list(columns)
+        new = f"_{table}_v{SCHEMA_VERSION}"
+        self.con.execute(f"CREATE TABLE {new} ({ddl})").fetchall()
+        self.con.execute(f"INSERT INTO {new} ({cols}, key_hash) "
+                         f"SELECT {cols}, {key_hash_sql(key)} FROM {table}").fetchall()
+        self.con.execute(f"DROP TABLE {table}").fetchall()
+        self.con.execute(f"ALTER TABLE {new} RENAME TO {table}").fetchall()
 
     # -- plumbing -----------------------------------------------------------------------------
     def transaction(self) -> _Transaction:
@@ -185,7 +285,7 @@ class Store:
         def write() -> None:
             self.con.execute("INSERT OR IGNORE INTO sweeps VALUES (?, ?, ?, ?, ?, ?)",
                              [sweep_id, name, op, source, spec_json, datetime.now()]).fetchall()
-            self.con.execute(_INSERT_VECTORS).fetchall()
+            self._insert_new("vectors", "_new_vectors")
 
         self._write(write, _new_vectors=_vector_frame(sweep_id, vectors, invalid))
 
@@ -194,7 +294,7 @@ class Store:
         """Record one batch of a sweep's vectors (valid, and invalid with their reasons) in one
         transaction; vectors the store holds already are ignored."""
         if vectors or invalid:
-            self._write(lambda: self.con.execute(_INSERT_VECTORS).fetchall(),
+            self._write(lambda: self._insert_new("vectors", "_new_vectors"),
                         _new_vectors=_vector_frame(sweep_id, vectors, invalid))
 
     def add_results(self, rows: Iterable[ResultRow]) -> int:
@@ -206,15 +306,18 @@ class Store:
         return self._insert_results_df(df)
 
     def _insert_results_df(self, df: pd.DataFrame) -> int:
-        cols = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
+        batch = df[list(RESULT_COLUMNS)].assign(**{_ORDER: np.arange(len(df))})
+        return self._write(lambda: self._insert_new("results", "_new_results"),
+                           _new_results=batch)
 
-        def write() -> int:
-            before = self._scalar("SELECT count(*) FROM results")
-            self.con.execute(f"INSERT OR IGNORE INTO results ({cols}) "
-                             f"SELECT {cols} FROM _new_results").fetchall()
-            return int(self._scalar("SELECT count(*) FROM results") - before)
-
-        return self._write(write, _new_results=df[list(RESULT_COLUMNS)])
+    def _insert_new(self, table: str, batch: str) -> int:
+        """Insert the rows of the registered frame ``batch`` whose keys ``table`` lacks
+        (:func:`_insert_new_sql`); returns the count inserted."""
+        if self.schema_version != SCHEMA_VERSION:
+            raise StoreError(f"store {self.path} has schema {self.schema_version}: opened "
+                             f"read-only, it cannot be written")
+        columns, key, _ = _TABLES[table]
+        return int(self._scalar(_insert_new_sql(table, columns, key, batch)))
 
     def _write(self, fn: Callable[[], T], **views: pd.DataFrame) -> T:
         """``fn`` in one transaction, with ``views`` registered (by name) around it. When DuckDB
@@ -236,9 +339,9 @@ class Store:
     def _with_memory(self, fn: Callable[[], T]) -> T:
         """``fn()``, run again with a higher memory limit while DuckDB runs out of it.
 
-        DuckDB cannot evict index nodes (not even after reopening the store: inserts read
-        them all back), so a long sweep's primary keys outgrow any fixed limit; failing the
-        sweep then would be worse than growing."""
+        The store keeps no index that DuckDB cannot evict (schema 2), so a sweep's writes
+        fit a fixed limit; this is the safety net for one that does not (a huge import): failing
+        the sweep then would be worse than growing."""
         while True:
             try:
                 return fn()
@@ -250,9 +353,8 @@ class Store:
     def limit_memory(self, limit: str | None = None) -> None:
         """Cap DuckDB's buffer cache for a long sweep, so that the driver's memory does not
         grow with the results table: ``limit`` (e.g. ``"256MB"``), else the environment's
-        ``OPATLAS_STORE_MEMORY_LIMIT``, else 256 MB; ``none`` keeps DuckDB's default (80% of
-        RAM). The limit only bounds what DuckDB can evict; it doubles when its indexes need
-        more (:meth:`_write`)."""
+        ``OPATLAS_STORE_MEMORY_LIMIT``, else 64 MB; ``none`` keeps DuckDB's default (80% of
+        RAM). It doubles when a write needs more (:meth:`_with_memory`)."""
         text = (limit or os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT).strip()
         if text.lower() == "none":
             self.con.execute("RESET memory_limit").fetchall()
@@ -272,7 +374,7 @@ class Store:
             return False
         new = min(2 * self.memory_limit, ceiling)
         print(f"opatlas: the store {self.path.name} needs more than its memory limit of "
-              f"{self.memory_limit / 2**20:,.0f} MB (its indexes stay in memory); raised to "
+              f"{self.memory_limit / 2**20:,.0f} MB; raised to "
               f"{new / 2**20:,.0f} MB ({MEMORY_LIMIT_ENV} sets the start)", file=sys.stderr)
         self._set_memory_limit(new)
         return True
@@ -307,7 +409,7 @@ class Store:
                 expand_params: bool = True, status: str | None = None,
                 limit: int | None = None) -> pd.DataFrame:
         """Result rows (filters and the limit run in DuckDB, so huge stores stay cheap)."""
-        sql = "SELECT * FROM results"
+        sql = f"SELECT {_column_list(RESULT_COLUMNS)} FROM results"
         conds, args = [], []
         if op:
             conds.append("op = ?")
@@ -328,7 +430,8 @@ class Store:
     def table(self, name: str) -> pd.DataFrame:
         if name not in ("sweeps", "vectors", "results", "meta"):
             raise StoreError(f"unknown table {name!r}")
-        return self.con.execute(f"SELECT * FROM {name}").df()
+        cols = _column_list(_TABLES[name][0]) if name in _TABLES else "*"  # not key_hash
+        return self.con.execute(f"SELECT {cols} FROM {name}").df()
 
     def count_results(self, op: str | None = None, status: str | None = None) -> int:
         conds = [c for c, v in (("op = ?", op), ("status = ?", status)) if v]
