@@ -214,3 +214,13 @@ def test_a_schema_1_store_opened_read_only_is_read_as_it_is(tmp_path, capsys):
     assert path.read_bytes() == raw
     assert capsys.readouterr().err == ""
     assert _v1_contents(path)[0] == "1"
+
+
+def test_result_row_tuple_is_in_column_order():
+    from opatlas.store.db import RESULT_COLUMNS, ResultRow
+
+    row = ResultRow("v1", "gemm", "{}", "bwd", "cpu", "dev", "fp16", "ok", repeats=3,
+                    mean_ns=2.0, median_ns=1.5, message="m")
+    got = dict(zip(RESULT_COLUMNS, row.as_tuple(), strict=True))
+    assert got["pass"] == "bwd" and got["vector_id"] == "v1" and got["median_ns"] == 1.5
+    assert got["repeats"] == 3 and got["std_ns"] is None and got["created_at"] == row.created_at
