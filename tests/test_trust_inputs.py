@@ -26,6 +26,23 @@ def _exit_code(argv: list[str]) -> int:
     return 0
 
 
+def test_predict_unknown_linear_role_names_the_roles(capsys):
+    """Found by the fuzzer below: a role that is no linear role was a KeyError traceback."""
+    assert _exit_code(["predict", "linear", "--device", "A100", "--shape", "role=mp"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown role 'mp'" in err and "qkv, out, ffn_up, ffn_down" in err
+
+
+def test_predict_linear_by_role_is_the_roles_op(capsys):
+    """`linear --shape role=qkv` was an AttributeError traceback; it is linear1's prediction."""
+    shape = ["--shape", "mp=2", "--shape", "b=4", "--shape", "l=2048", "--shape", "dim=4096"]
+    assert _exit_code(["predict", "linear", "--device", "A100", "--shape", "role=qkv", *shape]) == 0
+    by_role = capsys.readouterr().out.replace("linear ", "")
+    assert _exit_code(["predict", "linear1", "--device", "A100", *shape]) == 0
+    assert by_role == capsys.readouterr().out.replace("linear1 ", "")
+    assert "fwd:" in by_role and "bwd:" in by_role
+
+
 def test_predict_missing_parameters_is_one_clear_line():
     proc = run_cli("predict", "linear1", "--shape", "mp=2")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

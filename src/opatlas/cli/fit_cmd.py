@@ -156,22 +156,22 @@ def predict(
 
         opatlas predict linear1 --shape mp=2 --shape b=4 --shape l=4096 --shape dim=4096
     """
-    import pandas as pd
-
     from opatlas.predict import Predictor, check_valid, parse_shape
 
     params = parse_shape(op, shape)
     pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data)
     pred.check_device()
+    # once, outside the passes: a bad linear role is an error of its own, not "no data"
+    name, columns = pred.resolve_op(op, {k: [v] for k, v in params.items()})
+    row = {k: v[0] for k, v in columns.items()}
     out = {}
     for pass_ in ("fwd", "bwd", "step"):
         try:
-            name, table = pred.resolve_op(op, pd.DataFrame([params]))
             pred.model(name, pass_)
         except OpatlasError:
             continue  # no data for this pass
-        pred.check_shape(name, list(table.columns), pass_, unknown_ok=False)
-        check_valid(name, table.iloc[0].to_dict())
+        pred.check_shape(name, list(row), pass_, unknown_ok=False)
+        check_valid(name, row)
         out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
     if not out:
         raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "

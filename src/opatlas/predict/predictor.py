@@ -113,8 +113,12 @@ class Predictor:
             roles = set(shapes["role"])
             if len(roles) != 1:
                 raise OpatlasError("predict one linear role at a time")
+            role = str(roles.pop())
+            if role not in LINEAR_ROLES:
+                raise OpatlasError(f"linear: unknown role {role!r}; one of "
+                                   f"{', '.join(LINEAR_ROLES)}")
             rest = {k: v for k, v in shapes.items() if k != "role"}
-            return LINEAR_ROLES[roles.pop()], rest
+            return LINEAR_ROLES[role], rest
         return ETT_NAMES.get(op, op), shapes
 
     def model(self, op: str, pass_: str, device: str | None = None, dtype: str | None = None
