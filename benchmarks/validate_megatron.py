@@ -41,7 +41,6 @@ TABLES = {
                               "iteration_time_s"),
 }
 DEFAULT_TABLE = "selene-2021"
-TABLE = TABLES[DEFAULT_TABLE].path
 
 
 @dataclass(frozen=True)
