@@ -104,7 +104,7 @@ def quiet() -> RunConfig:
 def steady_rate(run) -> float:
     """Vectors per second between the first and the last result row (their ``created_at``,
     stamped where the vector ran): start-up (Ray, actors, the guarded process) is left out, and
-    a driver that cannot keep up still shows, since at most two chunks per worker are in flight."""
+    a driver that cannot keep up still shows, since at most two calls per worker are in flight."""
     path, summary = run(N)
     assert summary.ran == N and summary.statuses == {"ok": N}
     with Store(path) as st:

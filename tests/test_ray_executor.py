@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -168,37 +169,50 @@ def test_tt_cards_one_per_worker_and_ops_module_reaches_workers(cluster, tmp_pat
     assert not any("CUDA_VISIBLE_DEVICES" in line for line in node_rows)
 
 
-def test_a_removed_node_loses_nothing_and_records_nothing_twice(cluster, tmp_path):
-    """Two nodes with one fake card each; the first to return a chunk is removed while its
-    worker has more in flight; those chunks run again on the other node."""
+@pytest.mark.parametrize(("chunk", "sleep_ms", "after"), [(8, 20, 1), (1, 2, 12)])
+def test_a_removed_node_loses_nothing_and_records_nothing_twice(cluster, tmp_path, chunk,
+                                                                 sleep_ms, after):
+    """Two nodes with one fake card each; the first to return ``after`` chunks is removed while
+    its worker has more in flight; those chunks run again on the other node. With one fast
+    vector per chunk, the calls lost carry several chunks each (calls are sized to run about
+    ``call_s``), and each of those chunks runs again."""
     nodes = [cluster.add_node(**node_args(resources={"FAKEDEV": 1})) for _ in range(2)]
     cluster.wait_for_nodes()
     n = 120
-    spec = spec_from_mapping(fault_spec(n, sleep_ms=20))
+    spec = spec_from_mapping(fault_spec(n, sleep_ms=sleep_ms))
     cfg = RunConfig(interactive=False, log_every=10**6)
     removed: list[str] = []
+    reported: Counter[str] = Counter()
 
     def remove_first_reporting_node(result) -> None:
-        if removed:
+        reported[result.node] += 1
+        if removed or reported[result.node] < after:
             return
         for node in nodes:
             if result.node.endswith(node.node_id[:8]):
                 removed.append(node.node_id[:8])
                 cluster.remove_node(node)
 
-    with Store(tmp_path / "rm.duckdb") as st:
-        plan = prepare_run(spec, st, cfg)
-        dispatcher = RayDispatcher(ray, st, plan, cfg,
-                                   RayConfig(resource="FAKEDEV", chunk=8, start_timeout_s=120),
-                                   on_result=remove_first_reporting_node)
-        summary = dispatcher.run()
-        df = st.results()
+    try:
+        with Store(tmp_path / "rm.duckdb") as st:
+            plan = prepare_run(spec, st, cfg)
+            rcfg = RayConfig(resource="FAKEDEV", chunk=chunk, start_timeout_s=120)
+            dispatcher = RayDispatcher(ray, st, plan, cfg, rcfg,
+                                       on_result=remove_first_reporting_node)
+            summary = dispatcher.run()
+            df = st.results()
+    finally:
+        for node in nodes:
+            if node.node_id[:8] not in removed:
+                cluster.remove_node(node)
     assert removed, "no node was removed"
     assert summary.retried_chunks >= 1  # the removed node had chunks in flight
     assert len(df) == n and df["vector_id"].nunique() == n and (df["status"] == "ok").all()
     assert summary.duplicate_rows == 0
     survivor = next(nd.node_id[:8] for nd in nodes if nd.node_id[:8] not in removed)
     assert any(name.endswith(survivor) for name in summary.nodes)
+    per_call = next(iter(dispatcher.queues.values())).pace.chunks_per_call(rcfg.call_s, 1024)
+    assert (per_call > 1) == (chunk == 1)  # fast chunks share calls, slow ones go alone
 
 
 def test_killed_driver_resumes_from_the_store(cluster, tmp_path):
@@ -286,10 +300,30 @@ def test_chunks_are_taken_lazily_and_retried_ones_go_first():
     first = queue.pop()
     assert [v.index for v in first.vectors] == [0, 1, 2, 3] and read == [0]
     queue.again.appendleft(_Chunk("dev", first.vectors, attempts=1))
-    assert queue.pop().attempts == 1  # a chunk to run again goes before new ones
-    sizes = []
+    queue.again.append(_Chunk("dev", first.vectors, attempts=1))
+    assert [c.attempts for c in queue.take(5)] == [1]  # run again: first, and alone
+    assert [c.attempts for c in queue.take(5)] == [1]
+    sizes = [len(c.vectors) for c in queue.take(2)]  # then new ones, as many as asked
     while queue:
         sizes.append(len(queue.pop().vectors))
     assert sizes == [4, 4, 4, 4, 4, 4, 2] and read == [0, 1, 2]  # chunks span the batches
     with pytest.raises(IndexError):
         queue.pop()
+
+
+def test_a_call_carries_the_chunks_that_run_about_call_s():
+    """Calls are sized by what chunks of the device type took so far: one until a result
+    says, then enough to run ``call_s``, never more than the cap, never less than one."""
+    from opatlas.run.ray_executor import _Pace
+
+    pace = _Pace()
+    assert pace.chunks_per_call(0.05, 1024) == 1  # nothing measured yet
+    pace.update(busy_s=0.004, chunks=4)  # 1 ms a chunk
+    assert pace.chunk_s == pytest.approx(0.001)
+    assert pace.chunks_per_call(0.05, 1024) == 50 and pace.chunks_per_call(0.05, 16) == 16
+    pace.update(busy_s=2.0, chunks=1)  # a slow one: 0.8 * 1 ms + 0.2 * 2 s
+    assert pace.chunk_s == pytest.approx(0.4008)
+    assert pace.chunks_per_call(0.05, 1024) == 1
+    pace = _Pace()
+    pace.update(busy_s=0.0, chunks=3)  # a backend that reports no time: capped, no division
+    assert pace.chunks_per_call(0.05, 64) == 64

@@ -43,7 +43,9 @@ def run(
                                 "default: start Ray on this machine."),
     devices_per_task: int = typer.Option(1, "--devices-per-task", min=1,
                                          help="Ray: devices each worker holds."),
-    chunk: int = typer.Option(16, "--chunk", min=1, help="Ray: vectors per chunk sent to a worker."),
+    chunk: int = typer.Option(16, "--chunk", min=1, help=(
+        "Ray: vectors retried and recorded together (a call carries the chunks that run "
+        "~50 ms).")),
     ray_resource: str | None = typer.Option(
         None, "--ray-resource", help="Ray: the resource a worker holds (default: GPU for cuda, "
                                      "TTNPU for ttnn, CPU otherwise)."),

@@ -2,13 +2,19 @@
 
 The driver (this process) records the spec's vectors in the store batch by batch, starts one
 :class:`DeviceWorker` actor per device of the cluster, and streams chunks of vectors to them,
-at most ``in_flight_per_worker`` chunks per actor, expanding them again as they are taken
+at most ``calls_per_worker`` calls per actor, expanding them again as they are taken
 (backpressure: a 2.9M-vector sweep never becomes 2.9M pending tasks, nor 2.9M vectors in the
 driver's memory). Results come back as they finish (``ray.wait``) and only the driver writes
 the DuckDB store, in batched transactions. An actor that dies (its node removed, its process
 killed) loses nothing: its unfinished chunks go back to the queue and run on another actor; the
 store ignores rows it already holds, so nothing is recorded twice. A driver killed mid-run
 resumes from the store.
+
+A chunk is the unit that is retried and recorded together (``--chunk``); a call carries as many
+chunks as run for about ``call_s`` on that device type (measured as results come in), so a chunk
+of one fast vector does not pay Ray's cost per call (about a millisecond of driver, actor and
+messaging work) on its own, while a slow vector still travels alone and the last ones are
+spread over every worker.
 
 Why actors and not tasks: an actor holds its device for the whole sweep, so the backend, the
 CUDA context or the Tenstorrent device, and the guarded worker process stay warm across chunks.
@@ -21,6 +27,7 @@ actor restart (``max_restarts``) cannot do when the node that held it is gone.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import sys
@@ -70,10 +77,11 @@ class RayConfig:
 
     address: str | None = None  # None: start Ray on this machine; "auto": the running cluster
     devices_per_task: int = 1   # devices each worker holds
-    chunk: int = 16             # vectors per chunk (one actor call)
+    chunk: int = 16             # vectors per chunk: the unit retried and recorded together
     resource: str | None = None  # GPU, TTNPU, CPU or a custom resource; None: by backend
-    in_flight_per_worker: int = 2  # chunks queued per worker, at least ...
-    in_flight_vectors: int = 32     # ... this many vectors (small chunks: hide the call latency)
+    calls_per_worker: int = 2   # actor calls in flight per worker: one runs, one waits
+    call_s: float = 0.05        # a call carries the chunks that run about this long ...
+    call_vectors: int = 1024    # ... and at most this many vectors (always one chunk at least)
     max_workers: int | None = None
     object_store_mb: int = 100  # for a Ray started here: small for laptops and CI
     num_cpus: int | None = None  # for a Ray started here
@@ -181,6 +189,31 @@ class _Chunk:
     last_error: str = ""
 
 
+@dataclass
+class _Call:
+    """An actor call in flight: the actor and the chunks it runs, in the order sent."""
+
+    slot: _Slot
+    chunks: list[_Chunk]
+
+
+@dataclass
+class _Pace:
+    """How long a chunk of one device type runs (a moving average of what its workers
+    report), hence how many chunks one call carries; one until a result says."""
+
+    chunk_s: float | None = None
+
+    def update(self, busy_s: float, chunks: int) -> None:
+        seconds = busy_s / max(1, chunks)
+        self.chunk_s = seconds if self.chunk_s is None else 0.8 * self.chunk_s + 0.2 * seconds
+
+    def chunks_per_call(self, call_s: float, most: int) -> int:
+        if self.chunk_s is None:
+            return 1
+        return max(1, min(most, math.ceil(call_s / max(self.chunk_s, 1e-6))))
+
+
 class _ChunkQueue:
     """A device type's chunks: those to run again first, then the next ones of its
     :class:`Work`, expanded only as they are taken (one chunk is read ahead, to know whether
@@ -189,6 +222,7 @@ class _ChunkQueue:
     def __init__(self, device: str, work: Work, size: int) -> None:
         self.device = device
         self.again: deque[_Chunk] = deque()
+        self.pace = _Pace()
         self._source = work.chunks(size)
         self._next = self._read()
 
@@ -207,6 +241,13 @@ class _ChunkQueue:
             raise IndexError("no chunk left")
         self._next = self._read()
         return chunk
+
+    def take(self, most: int) -> list[_Chunk]:
+        """The chunks of the next call: a chunk run again goes alone (if it is what killed its
+        worker, it takes no other chunk down with it), else up to ``most`` new ones."""
+        if self.again:
+            return [self.again.popleft()]
+        return [self.pop() for _ in range(most) if self]
 
 
 class RayDispatcher:
@@ -228,7 +269,7 @@ class RayDispatcher:
         self.actor_args = (config.backend, dict(config.backend_options), names, self.how)
         self.slots: dict[Any, _Slot] = {}       # actor id -> live actor
         self.starting: dict[Any, Any] = {}      # info() ref -> actor handle
-        self.in_flight: dict[Any, tuple[_Slot, _Chunk]] = {}
+        self.calls: dict[Any, _Call] = {}  # call ref -> what it runs
         self.queues: dict[str, _ChunkQueue] = {}
         self.todo = 0  # vectors to run, over every device type found so far
         self.groups: dict[str, WorkerInfo] = {}  # device name -> the first worker's info
@@ -292,28 +333,33 @@ class RayDispatcher:
 
     # -- chunks -------------------------------------------------------------------------------
     def submit(self) -> None:
+        """Keep ``calls_per_worker`` calls in flight on every live actor."""
         chunk = max(1, self.rcfg.chunk)
-        limit = max(1, self.rcfg.in_flight_per_worker, -(-self.rcfg.in_flight_vectors // chunk))
+        most = max(1, self.rcfg.call_vectors // chunk)
         for slot in list(self.slots.values()):
             queue = self.queues.get(slot.info.device)
-            while queue and slot.in_flight < limit:
-                chunk = queue.pop()
-                ref = slot.handle.run_chunk.remote(wire_vectors(chunk.vectors))
-                self.in_flight[ref] = (slot, chunk)
+            while queue and slot.in_flight < max(1, self.rcfg.calls_per_worker):
+                chunks = queue.take(queue.pace.chunks_per_call(self.rcfg.call_s, most))
+                ref = slot.handle.run_chunks.remote([wire_vectors(c.vectors) for c in chunks])
+                self.calls[ref] = _Call(slot, chunks)
                 slot.in_flight += 1
 
     def _finished(self, ref: Any) -> None:
-        slot, chunk = self.in_flight.pop(ref)
-        slot.in_flight -= 1
+        call = self.calls.pop(ref)
+        call.slot.in_flight -= 1
         try:
-            result: ChunkResult = self.ray.get(ref)
-        except Exception as exc:  # the actor or its node died: the chunk runs again elsewhere
-            self._drop(slot)
-            self._retry(chunk, _short(exc))
+            results: list[ChunkResult] = self.ray.get(ref)
+        except Exception as exc:  # the actor or its node died: the chunks run again elsewhere
+            self._drop(call.slot)
+            for chunk in reversed(call.chunks):  # back at the front, in their order
+                self._retry(chunk, _short(exc))
             return
-        self._record(chunk, result)
+        self.queues[call.slot.info.device].pace.update(sum(r.busy_s for r in results),
+                                                       len(results))
+        self._record(results)
         if self.on_result is not None:
-            self.on_result(result)
+            for result in results:
+                self.on_result(result)
 
     def _retry(self, chunk: _Chunk, error: str) -> None:
         chunk.attempts += 1
@@ -327,21 +373,23 @@ class RayDispatcher:
         outcome = Outcome("crash", message=f"the Ray worker running this vector died "
                                            f"{chunk.attempts} times; last: {error}"[:2000])
         rows = [r for v in chunk.vectors for r in builder.rows(v, self.how.passes, outcome)]
-        self._record(chunk, ChunkResult(rows, ["crash"] * len(chunk.vectors), 0.0, "(lost)"))
+        self._record([ChunkResult(rows, ["crash"] * len(chunk.vectors), 0.0, "(lost)")])
 
-    def _record(self, chunk: _Chunk, result: ChunkResult) -> None:
-        self.writer.add(result.rows)
-        node = self.summary.nodes.setdefault(result.node, NodeStats())
-        node.vectors += len(result.statuses)
-        node.failures += sum(s in FAILED for s in result.statuses)
-        node.busy_s += result.busy_s
-        node.devices.update(f"{k}={v}" for k, v in result.visible.items())
-        statuses = Counter(result.statuses)
-        self.summary.ran += len(result.statuses)
+    def _record(self, results: list[ChunkResult]) -> None:
+        statuses: Counter[str] = Counter()
+        for result in results:
+            self.writer.add(result.rows)
+            node = self.summary.nodes.setdefault(result.node, NodeStats())
+            node.vectors += len(result.statuses)
+            node.failures += sum(s in FAILED for s in result.statuses)
+            node.busy_s += result.busy_s
+            node.devices.update(f"{k}={v}" for k, v in result.visible.items())
+            statuses.update(result.statuses)
+        self.summary.ran += statuses.total()
         self.summary.statuses.update(statuses)
-        detail = " ".join(f"{n.split('/')[-1]}:{s.vectors}"
-                          for n, s in sorted(self.summary.nodes.items()))
         if self.progress is not None:
+            detail = " ".join(f"{n.split('/')[-1]}:{s.vectors}"
+                              for n, s in sorted(self.summary.nodes.items()))
             for status, count in statuses.items():
                 self.progress.advance(status, count, detail)
 
@@ -365,7 +413,7 @@ class RayDispatcher:
                 self._started(ref)
 
     def _work_left(self) -> bool:
-        return bool(self.in_flight) or any(self.queues.values())
+        return bool(self.calls) or any(self.queues.values())
 
     def run(self) -> RunSummary:
         t0 = time.monotonic()
@@ -410,7 +458,7 @@ class RayDispatcher:
     def _ready(self) -> list[Any]:
         """Every call and start-up that has finished: waits for one (at most 1 s), then takes
         all others already done, so small chunks cost one wait each, not one loop each."""
-        refs = [*self.in_flight, *self.starting]
+        refs = [*self.calls, *self.starting]
         if not refs:
             return []
         ready, rest = self.ray.wait(refs, num_returns=1, timeout=1.0)

@@ -94,6 +94,11 @@ class DeviceWorker:
     def info(self) -> WorkerInfo:
         return self.info_
 
+    def run_chunks(self, chunks: Sequence[Sequence[WireVector]]) -> list[ChunkResult]:
+        """One actor call, several chunks (the driver sizes calls so that fast vectors share
+        one: Ray's cost per call is paid per call, not per chunk); a result per chunk."""
+        return [self.run_chunk(chunk) for chunk in chunks]
+
     def run_chunk(self, chunk: Sequence[WireVector]) -> ChunkResult:
         how, t0 = self.how, time.monotonic()
         rows: list[ResultRow] = []
