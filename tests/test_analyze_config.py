@@ -172,6 +172,6 @@ def test_unfused_attention_with_dropout_has_its_rows_and_bounds(tmp_path):
     assert a.rows["time_s"].sum() == pytest.approx(est.step_time_s, rel=1e-12)
     drop = a.rows[a.rows["op"] == "attention_dropout"].set_index("pass")
     assert set(drop.index) == {"fwd", "bwd", "recompute"}
-    per_call = 1 * 24 * 2048 * 2048 * 5  # b · heads/tp · s² · (2 + 2 + 1) bytes, 24 heads
+    per_call = 16 * 24 * 2048 * 2048 * 5  # b · heads/tp · s² · (2 + 2 + 1) bytes: mb 16, 24 heads
     assert drop.loc["fwd", "bytes"] == pytest.approx(drop.loc["fwd", "calls"] * per_call)
     assert drop.loc["fwd", "limiter"] == "memory"

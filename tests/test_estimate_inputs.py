@@ -195,16 +195,20 @@ def test_megatron_flags_that_matter_but_cannot_be_modelled_are_errors(flags, key
 
 
 def _selene_yaml(tmp_path: Path, layers: int, hidden: int, heads: int, tp: int, pp: int,
-                 gpus: int, batch: int) -> Path:
-    """A Selene run written by hand as opatlas YAML (the same assumptions as the .args)."""
+                 gpus: int, batch: int, micro: int, virtual: int, torch_ddp: bool) -> Path:
+    """A Selene run written by hand as opatlas YAML (the same assumptions as the .args):
+    ``torch_ddp``, PyTorch's DDP overlapping the all-reduce in 25 MB buckets, else Megatron-LM's
+    own all-reducing every gradient after the backward."""
     cfg = {"model": {"name": "selene", "layers": layers, "hidden": hidden, "heads": heads,
                      "seq_len": 2048, "vocab": 51200, "ffn_kind": "gelu", "norm": "layernorm",
                      "learned_positions": True, "bias": True, "tied_embeddings": True,
                      "attention": "unfused"},
-           "training": {"global_batch": batch, "micro_batch": 1, "dtype": "fp16"},
+           "training": {"global_batch": batch, "micro_batch": micro, "dtype": "fp16"},
            "parallel": {"dp": gpus // (tp * pp), "tp": tp, "pp": pp, "zero": 0,
-                        "recompute": "full", "sequence_parallel": False, "dp_overlap": False,
-                        "bucket_mb": 1.0e6, "schedule": "1f1b"},
+                        "recompute": "full", "sequence_parallel": False,
+                        "dp_overlap": torch_ddp, "bucket_mb": 25.0 if torch_ddp else 1.0e6,
+                        "virtual_stages": virtual,
+                        "schedule": "interleaved" if virtual > 1 else "1f1b"},
            "cluster": {"preset": "dgx-a100"}}
     path = tmp_path / "selene.yml"
     path.write_text(yaml.safe_dump(cfg))
@@ -212,8 +216,9 @@ def _selene_yaml(tmp_path: Path, layers: int, hidden: int, heads: int, tp: int, 
 
 
 @pytest.mark.parametrize(("name", "shape"), [
-    ("18b", (40, 6144, 48, 8, 1, 256, 1024)), ("145b", (80, 12288, 96, 8, 8, 1536, 2304)),
-    ("1.7b", (24, 2304, 24, 1, 1, 32, 512))])
+    ("18b", (40, 6144, 48, 8, 1, 256, 1024, 8, 1, True)),
+    ("145b", (80, 12288, 96, 8, 8, 1536, 2304, 2, 2, False)),
+    ("1.7b", (24, 2304, 24, 1, 1, 32, 512, 16, 1, True))])
 def test_selene_runs_as_yaml_and_as_megatron_args_give_identical_estimates(tmp_path, name, shape):
     from_yaml = estimate_step(load_config(_selene_yaml(tmp_path, *shape))).as_json()
     args = load_inputs(megatron_args=f"@{MEGATRON / f'selene-gpt-{name}.args'}", gpus=shape[5],
@@ -340,7 +345,33 @@ def test_cli_whole_run_from_megatron_args_end_to_end():
     assert run["steps"] == math.ceil(100e9 / (1024 * 2048))
     assert run["days"] == pytest.approx(run["steps"] * data["step_time_s"] / 86400)
     assert run["cost"] == pytest.approx(1.5 * run["gpu_hours"])
-    assert "--lr" in out.stderr and "not modelled" in out.stderr
+    assert "--lr" in out.stderr and "no effect" in out.stderr
+    assert "not modelled" not in out.stderr  # --DDP-impl torch is: PyTorch's DDP overlaps
+    assert "no --overlap-grad-reduce" not in out.stderr
+
+
+@pytest.mark.parametrize(("flag", "overlap", "bucket_mb"), [
+    ("", False, None), ("--DDP-impl local", False, None), ("--DDP-impl torch", True, 25.0),
+    ("--overlap-grad-reduce", True, 2.0 * 40_000_000 / 2**20)])
+def test_legacy_ddp_impl_torch_overlaps_the_gradient_all_reduce(flag, overlap, bucket_mb):
+    """Megatron-LM of 2021: --DDP-impl local (the default) all-reduces after the backward, in
+    one bucket of every gradient; torch is PyTorch's DDP, 25 MB buckets overlapping it."""
+    base = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--max-position-embeddings 2048 --micro-batch-size 1 --fp16 --vocab-size 32000 ")
+    p = load_inputs(megatron_args=base + flag, gpus=8).config.parallel
+    assert p.dp_overlap is overlap
+    if bucket_mb is not None:
+        assert p.bucket_mb == pytest.approx(bucket_mb)
+    else:  # one bucket holding every 16-bit gradient
+        assert p.bucket_mb > 2 * 4 * 12 * 1024**2 / 2**20
+
+
+def test_an_unknown_ddp_impl_is_one_clear_error():
+    from opatlas.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"--DDP-impl.*fsdp|fsdp.*--DDP-impl"):
+        load_inputs(megatron_args="--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+                                  "--seq-length 2048 --vocab-size 32000 --DDP-impl fsdp", gpus=8)
 
 
 def test_cli_search_ranks_by_time_to_train(capsys):

@@ -32,6 +32,16 @@ PUBLISHED_HEADS = {"gpt-1.7b": 24, "gpt-3.6b": 32, "gpt-7.5b": 32, "gpt-18b": 48
                    "gpt-76b": 80, "gpt-145b": 96, "gpt-310b": 128, "gpt-530b": 128, "gpt-1t": 160}
 
 
+# what Megatron-LM's script reproducing Table 1 (examples/sc21/run_table_1.sh) sets and the
+# table omits: micro-batch, model chunks per device (from --num-layers-per-virtual-pipeline-stage)
+# and whether the data-parallel all-reduce overlaps the backward (--DDP-impl torch) or follows
+# it (local)
+SCRIPT = {"gpt-1.7b": (16, 1, True), "gpt-3.6b": (16, 1, True), "gpt-7.5b": (16, 1, True),
+          "gpt-18b": (8, 1, True), "gpt-39b": (4, 1, False), "gpt-76b": (2, 3, False),
+          "gpt-145b": (2, 2, False), "gpt-310b": (1, 2, False), "gpt-530b": (1, 3, False),
+          "gpt-1t": (1, 1, False)}
+
+
 def test_every_run_has_a_config_with_the_stated_assumptions():
     table = VAL.measured()
     assert len(table) == 10
@@ -44,16 +54,16 @@ def test_every_run_has_a_config_with_the_stated_assumptions():
         assert c.gpus == {"gpt-1.7b": 32, "gpt-3.6b": 64, "gpt-7.5b": 128, "gpt-18b": 256,
                           "gpt-39b": 512, "gpt-76b": 1024, "gpt-145b": 1536, "gpt-310b": 1920,
                           "gpt-530b": 2520, "gpt-1t": 3072}[name]
-        assert (c.training.micro_batch, p.recompute, m.attention, c.training.dtype) == \
-            (1, "full", "unfused", "fp16")
-        assert p.schedule == ("interleaved" if p.pp > 1 else "1f1b")
+        assert (p.recompute, m.attention, c.training.dtype) == ("full", "unfused", "fp16")
+        assert (c.training.micro_batch, p.virtual_stages, p.dp_overlap) == SCRIPT[name]
+        assert p.schedule == ("interleaved" if p.virtual_stages > 1 else "1f1b")
         # the data's own device name: no alias lookup, no roofline fallback
         assert get_device(c.cluster.device).name == "A100-SXM4-80GB"
         assert c.ops.mode == "data" and c.ops.data == "bundled"
 
 
 # signed errors measured with benchmarks/validate_megatron.py (see benchmarks/RESULTS.md)
-EXPECTED = {"gpt-1.7b": -0.0301, "gpt-18b": 0.0410, "gpt-145b": -0.1007}
+EXPECTED = {"gpt-1.7b": -0.1555, "gpt-18b": -0.1067, "gpt-145b": -0.1113}
 
 
 @pytest.mark.slow  # loads the bundled A100 op models (about a minute when not yet cached)
@@ -70,18 +80,18 @@ def test_error_on_measured_runs_is_pinned(name):
     assert est.fits  # the run did fit on Selene's 80 GB A100s
     assert not [n for n in run.breakdown if run.breakdown[n] < 0]
     assert run.error == pytest.approx(EXPECTED[name], abs=0.002)
-    assert abs(run.error) <= 0.15
+    assert -0.20 <= run.error < 0  # every 2021 run is slower than the model says
 
 
 @pytest.mark.slow
 def test_unfused_items_are_the_data_models_at_the_hand_computed_shapes():
-    """GPT 18B: tp 8, micro-batch 1, 48 heads, sequence 2048, hidden 6144: each attention-core
+    """GPT 18B: tp 8, micro-batch 8, 48 heads, sequence 2048, hidden 6144: each attention-core
     item's time per call is the bundled A100 model's prediction at that shape."""
     from opatlas.estimate import estimate_step
     from opatlas.predict import Predictor
 
     est = estimate_step(load_config(VAL.FOLDER / "gpt-18b.yml"))
-    shape = {"mp": [8], "b": [1], "h": [48], "l": [2048], "dim": [6144]}
+    shape = {"mp": [8], "b": [8], "h": [48], "l": [2048], "dim": [6144]}
     pred = Predictor.shared(device="NVIDIAA100-SXM4-80GB", dtype="fp16", data="bundled")
     by = {(it.name, it.pass_): it for it in est.items}
     for op in ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm"):
@@ -89,7 +99,7 @@ def test_unfused_items_are_the_data_models_at_the_hand_computed_shapes():
             want = float(pred.predict(op, shape, pass_=pass_)[0]) * 1e-6
             assert by[(op, pass_)].time_per_call_s == pytest.approx(want, rel=1e-9)
         assert by[(op, "recompute")].time_s == pytest.approx(by[(op, "fwd")].time_s)
-        assert by[(op, "fwd")].calls == 32 * 40  # micro-batches × layers
+        assert by[(op, "fwd")].calls == 4 * 40  # micro-batches (1024 / 32 / 8) × layers
 
 
 # --- the second table: Korthikanti et al. 2022, full-recomputation baseline ------------------
@@ -127,8 +137,10 @@ def test_530b_and_1t_have_the_same_work_per_pipeline_in_both_tables():
         old = load_config(VAL.config_path(name, "selene-2021"))
         new = load_config(VAL.config_path(name, K22))
         assert old.model.model_dump(exclude={"name"}) == new.model.model_dump(exclude={"name"})
-        assert (old.parallel.tp, old.parallel.pp, old.training.micro_batch, old.micro_batches) == \
-            (new.parallel.tp, new.parallel.pp, new.training.micro_batch, new.micro_batches)
+        assert (old.parallel.tp, old.parallel.pp, old.training.micro_batch, old.micro_batches,
+                old.parallel.schedule, old.parallel.virtual_stages) == \
+            (new.parallel.tp, new.parallel.pp, new.training.micro_batch, new.micro_batches,
+             new.parallel.schedule, new.parallel.virtual_stages)
         assert old.parallel.dp > 1
         assert new.parallel.dp == 1
 

@@ -7,7 +7,8 @@ Megatron-LM's own defaults for what the line leaves out: learned absolute positi
 LayerNorm, biases, tied embeddings, an FFN of 4·h (int(8h/3 / 64)·64 with SwiGLU), fp32 without
 ``--fp16``/``--bf16``, no recomputation, replicated optimizer states without
 ``--use-distributed-optimizer``, gradients reduced in one bucket after the backward without
-``--overlap-grad-reduce``, a vocabulary padded to a multiple of 128·tp, a global batch of
+``--overlap-grad-reduce`` (or the legacy ``--DDP-impl torch``: PyTorch's DDP, whose 25 MB
+buckets overlap the backward), a vocabulary padded to a multiple of 128·tp, a global batch of
 micro-batch · dp. Attention is unfused unless ``--use-flash-attn`` or a fused
 ``--attention-backend`` is given.
 
@@ -445,15 +446,30 @@ def _parallel(a: _Args, model: dict[str, Any], tp: int, gpus: int | None,
                                                       f"not modelled")
     if a.has("sequence-parallel") and tp == 1:
         notes.append("--sequence-parallel with tp 1: Megatron-LM turns it off")
-    overlap = a.switch("overlap-grad-reduce")
+    torch_ddp = _ddp_impl(a) == "torch"
+    overlap = a.switch("overlap-grad-reduce") or torch_ddp
     if not overlap:
         notes.append("no --overlap-grad-reduce: gradients reduced in one bucket after the "
                      "backward")
+    bucket = TORCH_DDP_BUCKET_MB if torch_ddp else _bucket_mb(a, model, dp, overlap, a.label)
     return {"dp": dp, "tp": tp, "pp": pp, "ep": a.int("expert-model-parallel-size") or 1,
             "virtual_stages": virtual, "schedule": "interleaved" if virtual > 1 else "1f1b",
             "sequence_parallel": a.switch("sequence-parallel") and tp > 1,
             "zero": _zero(a, notes), "recompute": _recompute(a, layers // (pp * virtual), notes),
-            "dp_overlap": overlap, "bucket_mb": _bucket_mb(a, model, dp, overlap, a.label)}
+            "dp_overlap": overlap, "bucket_mb": bucket}
+
+
+# PyTorch DistributedDataParallel's bucket_cap_mb default: what --DDP-impl torch reduces in
+TORCH_DDP_BUCKET_MB = 25.0
+
+
+def _ddp_impl(a: _Args) -> str:
+    """Megatron-LM before Megatron-Core: --DDP-impl local (its own DDP, gradients all-reduced
+    after the backward; the default) or torch (PyTorch's DDP, whose buckets overlap it)."""
+    impl = a.text("DDP-impl") or "local"
+    if impl not in ("local", "torch"):
+        raise SpecError("expected local or torch", file=a.label, key="--DDP-impl", value=impl)
+    return impl
 
 
 def _virtual_stages(a: _Args, layers_per_stage: int, pp: int) -> int:
