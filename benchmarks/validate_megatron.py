@@ -1,11 +1,13 @@
 """Predicted vs measured step times of Megatron-LM's published runs on Selene (DGX A100).
 
-Two tables, each run an opatlas config beside it with every assumption the table leaves open
+Three tables, each run an opatlas config beside it with every assumption the table leaves open
 written in its comments (see each folder's PROVENANCE.md):
 
 - ``selene-2021``: Narayanan et al. SC'21, Table 1, GPT 1.7B–1T (``examples/validation/``);
 - ``korthikanti-2022``: Korthikanti et al. 2022, the full-recomputation baseline of GPT 22B–1T
-  (``examples/validation/korthikanti-2022/``).
+  (``examples/validation/korthikanti-2022/``);
+- ``korthikanti-2022-selective``: the same runs with the paper's own method, sequence
+  parallelism and selective recomputation (``examples/validation/korthikanti-2022/selective/``).
 
 This prints, per run, the estimate, the measured step time and the signed error, then each
 table's mean absolute error.
@@ -39,6 +41,8 @@ TABLES = {
     "selene-2021": Table(FOLDER, "megatron_selene_a100_2021.csv", "step_time_s_derived"),
     "korthikanti-2022": Table(FOLDER / "korthikanti-2022", "megatron_full_recompute_a100_2022.csv",
                               "iteration_time_s"),
+    "korthikanti-2022-selective": Table(FOLDER / "korthikanti-2022" / "selective",
+                                        "megatron_selective_sp_a100_2022.csv", "iteration_time_s"),
 }
 DEFAULT_TABLE = "selene-2021"
 
