@@ -174,7 +174,7 @@ def connect(ray: Any, cfg: RayConfig, ship: Sequence[str] = ()) -> bool:
 
 @dataclass
 class _Slot:
-    """A live actor, what it is, and how many chunks it has in flight."""
+    """A live actor, what it is, and how many calls it has in flight."""
 
     handle: Any
     info: WorkerInfo
