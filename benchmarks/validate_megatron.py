@@ -17,6 +17,7 @@ table's mean absolute error.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
@@ -100,19 +101,30 @@ def _print(table: str, runs: list[Run]) -> None:
     print(f"mean absolute error {100 * mean_abs_error(runs):.1f}% over {len(runs)} runs\n")
 
 
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Predicted vs measured step times of "
+                                                 "Megatron-LM's published Selene runs.")
+    parser.add_argument("runs", nargs="*", help="only these runs, e.g. gpt-1.7b gpt-530b")
+    parser.add_argument("--table", choices=list(TABLES), help="one table (default: all)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    tables = [args.table] if args.table else list(TABLES)
+    known = {name for t in tables for name in measured(t)}
+    if unknown := [r for r in args.runs if r not in known]:
+        parser.error(f"no run {', '.join(unknown)} in {', '.join(tables)}; runs: "
+                     f"{', '.join(sorted(known))}")
+    return args
+
+
 def main(argv: list[str]) -> None:
-    as_json = "--json" in argv
-    tables = list(TABLES)
-    if "--table" in argv:
-        i = argv.index("--table")
-        if i + 1 >= len(argv) or argv[i + 1] not in TABLES:
-            sys.exit(f"--table: one of {', '.join(TABLES)}")
-        tables = [argv[i + 1]]
-        argv = argv[:i] + argv[i + 2:]
-    names = [a for a in argv if not a.startswith("--")] or None
-    results = {t: validate(names, t) for t in tables}
+    import warnings
+
+    warnings.showwarning = lambda msg, *_, **__: print(f"warning: {msg}", file=sys.stderr)
+    args = _args(argv)
+    tables = [args.table] if args.table else list(TABLES)
+    results = {t: validate(args.runs or None, t) for t in tables}
     results = {t: runs for t, runs in results.items() if runs}
-    if as_json:
+    if args.json:
         print(json.dumps({t: {"runs": [{"name": r.name, "measured_s": r.measured_s,
                                         "predicted_s": r.predicted_s, "error": r.error,
                                         "breakdown": r.breakdown} for r in runs],

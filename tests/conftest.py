@@ -40,6 +40,17 @@ def cli_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int,
     return code, out.out, out.err
 
 
+def one_error(code: int, err: str, *needles: str) -> str:
+    """Assert a bad input's answer: exit 2, no traceback, exactly one error line holding every
+    needle; returns that line."""
+    assert code == 2 and "Traceback" not in err, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("opatlas: error")]
+    assert len(errors) == 1, err
+    for n in needles:
+        assert n in errors[0], err
+    return errors[0]
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary name only
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -36,3 +37,26 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
     return Path(path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_output(path: str | Path, write: Callable[[Path], object], option: str = "--out"
+                 ) -> Path:
+    """A user's output file, written whole by ``write(tmp)`` (missing folders are made); a
+    path that cannot be written is one clear error naming ``option``, not a traceback."""
+    from opatlas.errors import OpatlasError
+
+    path = Path(path)
+    if path.is_dir():
+        raise OpatlasError(f"{option} {path}: is a folder; give a file name")
+    try:
+        with atomic_path(path) as tmp:
+            write(tmp)
+    except OSError as exc:
+        raise OpatlasError(f"{option} {path}: cannot write it: {exc.strerror or exc}") from None
+    return path

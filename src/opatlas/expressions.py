@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opatlas.errors import OpatlasError
+
 _ALLOWED_NODES: tuple[type, ...] = (
     ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
     ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
@@ -34,8 +36,9 @@ _FUNCTIONS: dict[str, Any] = {
 }
 
 
-class ExpressionError(ValueError):
-    """An expression that cannot be parsed or uses something that is not allowed."""
+class ExpressionError(OpatlasError, ValueError):
+    """An expression that cannot be parsed or uses something that is not allowed (a
+    ValueError too, so that a spec's validators report it as a bad value)."""
 
 
 @dataclass(frozen=True)

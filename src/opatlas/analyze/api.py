@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv as csvlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from opatlas.analyze.model import Analysis
 from opatlas.analyze.sources import ReadOptions, read
@@ -60,13 +60,18 @@ def write_trace(analysis: Analysis, path: str | Path) -> Path:
     return Path(perfetto_trace(est, Path(path)) or path)
 
 
-def print_table(analysis: Analysis, top: int = 25) -> None:
-    """A plain table of the slowest rows, for pipes and logs."""
+def print_table(analysis: Analysis, top: int = 25, file: IO[str] | None = None) -> None:
+    """A plain table of the slowest rows, for pipes and logs. Not on a terminal (a pipe, a
+    log), the table takes the width it needs: one line per row, every cell whole."""
     from rich.console import Console
 
-    from opatlas.analyze.tables import rich_table
+    from opatlas.analyze.tables import natural_width, rich_table
 
-    Console().print(rich_table(analysis, top))
+    table = rich_table(analysis, top)
+    console = Console(file=file)
+    if not console.is_terminal:
+        console = Console(file=file, width=max(console.width, natural_width(table)))
+    console.print(table)
 
 
 def run_app(analysis: Analysis, **reload_args: Any) -> None:

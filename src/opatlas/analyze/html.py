@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from opatlas.analyze.model import Analysis, _clean
-from opatlas.analyze.tables import group_summary, summary_items, visible_columns
+from opatlas.analyze.tables import group_summary, op_label, summary_items, visible_columns
 
 
 def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
@@ -37,7 +37,7 @@ def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
     at = f.lookup(onchip) if onchip > 0 else None
     step = max(1, len(f.buffer) // 400)  # at most ~400 points drawn
     idx = np.unique(np.r_[np.arange(0, len(f.buffer), step), len(f.buffer) - 1])
-    return {"op": f"{r['op']} {r['pass']}", "dims": {"batch": b, "M": m, "K": k, "N": n},
+    return {"op": op_label(r["op"], r["pass"]), "dims": {"batch": b, "M": m, "K": k, "N": n},
             "buffer": f.buffer[idx].tolist(), "accesses": f.accesses[idx].tolist(),
             "algo_min": f.algo_min, "onchip_words": onchip, "bound_words": at,
             "time_words": per_call * bw / word if bw else None}

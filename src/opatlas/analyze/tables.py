@@ -85,6 +85,16 @@ def visible_columns(analysis: Analysis) -> list[Column]:
     return [Column(key=k, label=k) for k in analysis.rows.columns if k != "group"]
 
 
+def op_label(op: Any, pass_: Any) -> str:
+    """An op and its pass as one name, without saying a word twice: "linear fwd", but
+    "pipeline bubble" for the bubble (whose pass is "bubble")."""
+    name = "" if missing(op) else str(op)
+    p = "" if missing(pass_) else str(pass_).strip()
+    if not p or p == "-" or p.lower() in name.lower().replace("_", " ").split():
+        return name
+    return f"{name} {p}".strip()
+
+
 def group_summary(analysis: Analysis) -> pd.DataFrame:
     """Per stage/epoch/device: time, share, slowest op, its time, FLOP-weighted utilization
     and the communication share (PyBuda's per-epoch summary)."""
@@ -98,7 +108,7 @@ def group_summary(analysis: Analysis) -> pd.DataFrame:
         util = (float(pd.to_numeric(sub.get("util_compute"), errors="coerce").mul(sub["time_s"])
                       .sum() / t) if "util_compute" in sub and t > 0 else float("nan"))
         out.append({"group": g, "time_s": t, "share": t / total,
-                    "slowest_op": "" if slow is None else f"{slow['op']} {slow['pass']}",
+                    "slowest_op": "" if slow is None else op_label(slow["op"], slow["pass"]),
                     "slowest_time_s": 0.0 if slow is None else float(slow["time_s"]),
                     "util": util, "comm_share": float(sub.loc[comm, "time_s"].sum()) / t if t else 0,
                     "rows": len(sub)})
@@ -106,23 +116,61 @@ def group_summary(analysis: Analysis) -> pd.DataFrame:
 
 
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
-                "estimation_error_label", "word_bytes", "stage", "total_time_s"}
+                "estimation_error_label", "word_bytes", "stage", "total_time_s",
+                "total_time_label", "predicted_step_time_s"}
+
+# readable labels (with the unit where the value shows none) of the sources' summary keys
+SUMMARY_LABELS = {
+    "step_time_s": "predicted step time", "samples_per_s": "samples/s",
+    "peak_flops_s": "peak compute", "peak_bytes_s": "peak bandwidth",
+    "onchip_bytes": "on-chip buffer", "memory_gib": "memory per GPU (GiB)",
+    "fits": "fits in memory", "stages": "pipeline stages", "measurements": "measurements",
+    "busy_time_s": "busy time", "time_basis": "time is", "events": "trace events",
+    "clock_hz": "clock (Hz)", "core_count": "cores", "device_count": "devices",
+    "epoch_kind": "epoch kind", "overall_speed": "overall speed (samples/s)",
+    "pipeline_cycles": "pipeline (cycles)", "unmodelled_ops": "unmodelled ops",
+    "time_per_input_s": "time per input", "opmodel_matmul_mean_error_pct":
+        "op model matmul mean |error| (%)", "reblocking_edges": "reblocking edges",
+    "worker_cores": "worker cores", "csv_format": "CSV format",
+    "tt_perf_report": "tt-perf-report version", "device_time_s": "device time",
+    "op_to_op_gap_s": "op-to-op gaps", "dtype": "dtype",
+}
+# a key's suffix: the unit its value is shown in, and what its label says of the unit
+_SUFFIXES = (("_flops_s", "FLOP/s", ""), ("_bytes_s", "B/s", ""), ("_per_s", "", "/s"),
+             ("_bytes", "B", ""), ("_gib", "", " (GiB)"), ("_pct", "", " (%)"),
+             ("_hz", "", " (Hz)"), ("_cycles", "", " (cycles)"), ("_s", "s", ""))
 
 
 def _unit_of(key: str) -> str:
     """A summary value's unit from its key's suffix."""
-    for suffix, unit in (("flops_s", "FLOP/s"), ("bytes_s", "B/s"), ("per_s", ""),
-                         ("_bytes", "B"), ("_s", "s")):
-        if key.endswith(suffix):
-            return unit
-    return ""
+    return next((unit for suffix, unit, _ in _SUFFIXES if key.endswith(suffix)), "")
+
+
+def summary_label(key: str) -> str:
+    """A summary key as a person reads it: "peak_bytes_s" -> "peak bandwidth"; keys without a
+    label of their own lose their unit suffix, said in the label where the value omits it."""
+    if key in SUMMARY_LABELS:
+        return SUMMARY_LABELS[key]
+    for suffix, _unit, said in _SUFFIXES:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[:-len(suffix)].replace("_", " ") + said
+    return key.replace("_", " ")
+
+
+def _summary_value(key: str, v: Any) -> str:
+    if key == "onchip_bytes" and (missing(v) or not isinstance(v, int | float) or v <= 0):
+        return "unknown"  # an empirical device: its on-chip buffer is not known, not 0 B
+    return fmt(v, Column(key=key, label=key, unit=_unit_of(key), role="count"))
 
 
 def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
-    """(label, value, highlight) of the summary: performance first, then the rest."""
+    """(label, value, highlight) of the summary: performance first, then the rest. The first
+    item is the rows' total (``total_time_label`` names it: a step, a busy time ...); a time
+    equal to it is not said twice."""
     s = analysis.summary
+    total = analysis.total_time_s
     items: list[tuple[str, str, str | None]] = [
-        ("total time", fmt_seconds(analysis.total_time_s), None)]
+        (str(s.get("total_time_label") or "total time"), fmt_seconds(total), None)]
     if s.get("throughput") is not None:
         items.append(("approx. performance", f"{s['throughput']:,.0f} {s.get('throughput_unit', '/s')}",
                       None))
@@ -132,35 +180,52 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
                       highlight(u, Column(key="u", label="u", role="util"))))
     if s.get("estimation_error") is not None:
         e = float(s["estimation_error"])
-        items.append((s.get("estimation_error_label", "estimation error"), f"{100 * e:+.1f}%",
+        label = str(s.get("estimation_error_label", "estimation error"))
+        # an absolute value (|error|) carries no sign
+        items.append((label, f"{100 * e:.1f}%" if "|" in label else f"{100 * e:+.1f}%",
                       highlight(e, Column(key="e", label="e", role="error"))))
     shown = {"total_time_s", "throughput", "utilization", "estimation_error"}
     for k, v in s.items():
         if k in shown or k in SUMMARY_SKIP or isinstance(v, dict | list):
             continue
-        items.append((k.replace("_", " "), fmt(v, Column(key=k, label=k, unit=_unit_of(k),
-                                                          role="count")), None))
+        if (k.endswith("_time_s") and isinstance(v, int | float) and not missing(v)
+                and math.isclose(float(v), total, rel_tol=1e-9, abs_tol=1e-15)):
+            continue  # the total again (a step or busy time equal to the rows' sum)
+        items.append((summary_label(k), _summary_value(k, v), None))
     return items
 
 
-PLAIN_KEYS = ("op", "pass", "group", "calls", "time_s", "predicted_time_s", "measured_time_s",
-              "error", "share", "util", "bound_time_s", "headroom", "limiter")
+PLAIN_KEYS = ("op", "pass", "name", "group", "calls", "time_s", "predicted_time_s",
+              "measured_time_s", "error", "share", "util", "bound_time_s", "headroom", "limiter")
+_LEFT = ("id", "group", "text", "shape")
 
 
 def rich_table(analysis: Analysis, top: int = 25) -> Any:
+    """The slowest rows as a rich Table (the ``PLAIN_KEYS`` columns the analysis has; a
+    trace's "profiled as" name among them). Cells fold, never end in an ellipsis."""
     from rich.table import Table
+    from rich.text import Text
 
     have = {c.key: c for c in visible_columns(analysis)}
     cols = [have[k] for k in PLAIN_KEYS if k in have]
     title = analysis.summary.get("title", analysis.source.path)
-    t = Table(*[c.label for c in cols], title=f"{title}: {len(analysis.rows)} rows, "
-                                              f"slowest {min(top, len(analysis.rows))}")
+    t = Table(title=f"{title}: {len(analysis.rows)} rows, slowest {min(top, len(analysis.rows))}")
+    for c in cols:
+        t.add_column(c.label, justify="left" if c.role in _LEFT else "right", overflow="fold")
     style = {"good": "green", "warn": "yellow", "bad": "red"}
     for _, r in analysis.rows.sort_values("time_s", ascending=False).head(top).iterrows():
         cells = []
         for c in cols:
             h = highlight(r[c.key], c)
-            text = fmt(r[c.key], c)
-            cells.append(f"[{style[h]}]{text}[/]" if h else text)
+            cells.append(Text(fmt(r[c.key], c), style=style[h] if h else ""))
         t.add_row(*cells)
     return t
+
+
+def natural_width(renderable: Any) -> int:
+    """The columns ``renderable`` takes when nothing has to wrap."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    wide = Console(width=100_000, file=None)
+    return int(Measurement.get(wide, wide.options, renderable).maximum)

@@ -1,8 +1,9 @@
 """The terminal app (Textual), PyBuda Perf Analyzer's layout and keys: a summary screen, a
 per-stage (epoch, device) op table sorted slowest first, an op detail screen.
 
-Keys: S summary, E stage table, N/P next/previous stage, F full op names, R reload, H help,
-Q quit, arrows and j/k to move, Enter for an op's detail, < and > (or a header click) to sort
+Keys (lowercase, as bound below): s summary, e stage table, n/p next/previous stage, f full op
+names, r reload, h help, q quit, arrows and j/k to move, Enter for a stage's table (summary) or
+an op's detail, Esc back (from the detail also Backspace), < and > (or a header click) to sort
 by another column (again: reverse), [ and ] for the previous/next page of a big table."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from opatlas.analyze.tables import (
     group_summary,
     highlight,
     missing,
+    op_label,
     summary_items,
     visible_columns,
 )
@@ -30,15 +32,16 @@ from opatlas.analyze.tables import (
 PAGE_ROWS = 500  # DataTable slows down on very large tables: show them a page at a time
 SHORT_NAME = 28
 STYLE = {"good": "bold green", "warn": "bold yellow", "bad": "bold red"}
-HELP = """[b]opatlas analyze[/b] — keys
+HELP = """[b]opatlas analyze[/b] — keys (lowercase)
 
-  [b]S[/b]  summary            [b]E[/b]  stage / epoch / device op table
-  [b]N[/b]  next stage         [b]P[/b]  previous stage
-  [b]F[/b]  full op names      [b]R[/b]  reload the source
-  [b]↑ ↓ j k[/b]  move         [b]Enter[/b]  the op's detail
+  [b]s[/b]  summary            [b]e[/b]  stage / epoch / device op table
+  [b]n[/b]  next stage         [b]p[/b]  previous stage
+  [b]f[/b]  full op names      [b]r[/b]  reload the source
+  [b]↑ ↓ j k[/b]  move         [b]Enter[/b]  the stage's table (summary), the op's detail (table)
   [b]< >[/b]  sort by the previous / next column (again: reverse); a header click sorts too
   [b][ ][/b]  previous / next page of a big table
-  [b]H[/b]  this help          [b]Q[/b]  quit        [b]Esc[/b]  back
+  [b]h[/b]  this help (again: close it)                [b]q[/b]  quit
+  [b]Esc[/b]  back from the op's detail or this help (from the detail, [b]Backspace[/b] too)
 
 Colours as PyBuda: utilization [green]green > 50%[/], [red]red < 25%[/];
 estimate vs measured [yellow]yellow at ≥ 20% off[/], [red]red at ≥ 50%[/]."""
@@ -216,7 +219,7 @@ class DetailScreen(ModalScreen):
     def render_detail(self) -> Text:
         a: Analysis = self.app.analysis  # type: ignore[attr-defined]
         r = self.row
-        out = Text(f"{r['op']} {r['pass']}\n", style="bold")
+        out = Text(f"{op_label(r['op'], r['pass'])}\n", style="bold")
         for c in visible_columns(a):
             if c.key in ("op", "pass"):
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 
 Dim = tuple[tuple[str, int], ...]  # ((rank, coefficient), ...)
@@ -110,12 +111,21 @@ def gbmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1) ->
          Tensor("Outputs", (_d("H"), _d("M"), _d("N")), read_write=True)), word_bytes)
 
 
+CONV_FIELDS = ("R", "S", "P", "Q", "C", "K", "N", "Wstride", "Hstride", "Wdilation", "Hdilation")
+
+
 def conv(R: int = 1, S: int = 1, P: int = 1, Q: int = 1, C: int = 1, K: int = 1, N: int = 1,
          Wstride: int = 1, Hstride: int = 1, Wdilation: int = 1, Hdilation: int = 1,
          word_bytes: int = 1) -> Einsum:
     """Timeloop's ``cnn-layer``: Weights[R,S,C,K], Inputs[N,C,W,H] with W = Wstride·P +
     Wdilation·R and H = Hstride·Q + Hdilation·S, Outputs[N,K,P,Q]. Named as the artifact's
-    ``Conv.to_str()``: ``R_S_P_Q_C_K_N_Wstride_Hstride_Wdilation_Hdilation``."""
+    ``Conv.to_str()``: ``R_S_P_Q_C_K_N_Wstride_Hstride_Wdilation_Hdilation``. Every field must
+    be >= 1 (a zero stride or size describes no convolution)."""
+    values = (R, S, P, Q, C, K, N, Wstride, Hstride, Wdilation, Hdilation)
+    bad = [f"{f}={v}" for f, v in zip(CONV_FIELDS, values, strict=True) if v < 1]
+    if bad:
+        raise ValueError("every conv field, strides and dilations included, must be >= 1; "
+                         f"got {', '.join(bad)}")
     name = f"{R}_{S}_{P}_{Q}_{C}_{K}_{N}_{Wstride}_{Hstride}_{Wdilation}_{Hdilation}"
     return Einsum(
         name, {"R": R, "S": S, "P": P, "Q": Q, "C": C, "K": K, "N": N},
@@ -136,6 +146,13 @@ def from_index_string(spec: str, dims: dict[str, int], word_bytes: int = 1) -> E
     missing = [c for c in letters if c not in dims]
     if missing:
         raise ValueError(f"einsum {spec!r}: no size for rank(s) {missing}; give --dims")
+    extra = [c for c in dims if c not in letters]
+    if extra:
+        raise ValueError(f"einsum {spec!r}: size(s) given for {extra}, not rank(s) of the "
+                         f"expression (its ranks: {''.join(letters)})")
+    small = [f"{c}={dims[c]}" for c in letters if int(dims[c]) < 1]
+    if small:
+        raise ValueError(f"einsum {spec!r}: every size must be >= 1, got {', '.join(small)}")
     if not set(out) <= set("".join(inputs)):
         raise ValueError(f"einsum {spec!r}: output ranks must appear in an input")
     tensors = [Tensor(f"In{i}" if len(inputs) > 2 else ("Inputs", "Weights")[i],
@@ -148,18 +165,70 @@ def from_index_string(spec: str, dims: dict[str, int], word_bytes: int = 1) -> E
 _CALL = re.compile(r"\s*(Conv|GBMM|GEMM|BMM)\s*\((.*)\)\s*$", re.IGNORECASE)
 
 
+def _int_field(text: str, field: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"conv {text!r}: {field} is {value.strip()!r}, not an integer") from None
+
+
+def _conv_call_fields(text: str, args: str) -> dict[str, int]:
+    """``R=3, P=16, ...`` of ``Conv(...)``: known fields only, each once."""
+    fields: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in args.split(","))):
+        key, eq, val = (x.strip() for x in part.partition("="))
+        if not eq or key not in CONV_FIELDS:
+            raise ValueError(f"conv {text!r}: {part!r} is not FIELD=VALUE with FIELD one of "
+                             f"{', '.join(CONV_FIELDS)}")
+        if key in fields:
+            raise ValueError(f"conv {text!r}: {key} given twice")
+        fields[key] = _int_field(text, key, val)
+    return fields
+
+
+def parse_conv(text: str, word_bytes: int = 1) -> Einsum:
+    """A convolution named as the artifact does: ``Conv.to_str()`` with all 11 fields
+    (``R_S_P_Q_C_K_N_Wstride_Hstride_Wdilation_Hdilation``), or ``Conv(R=.., P=.., ...)``,
+    whose omitted fields are the artifact's default 1; a warning names them."""
+    m = _CALL.match(text)
+    if m and m.group(1).lower() == "conv":
+        fields = _conv_call_fields(text, m.group(2))
+        omitted = [f for f in CONV_FIELDS if f not in fields]
+        if omitted:
+            warnings.warn(f"conv {text!r}: {', '.join(omitted)} not given; using 1 for each "
+                          "(the artifact's Conv defaults)", stacklevel=2)
+        return _named_conv(text, fields, word_bytes)
+    if m:
+        raise ValueError(f"conv {text!r}: a {m.group(1)}(...) name is not a convolution")
+    parts = text.strip().split("_")
+    if len(parts) != len(CONV_FIELDS):
+        raise ValueError(f"conv {text!r}: expected {len(CONV_FIELDS)} fields "
+                         f"{'_'.join(CONV_FIELDS)} (e.g. 3_3_16_16_64_64_1_1_1_1_1) or "
+                         f"Conv(R=.., S=.., ...); got {len(parts)} field(s)")
+    return _named_conv(text, {f: _int_field(text, f, v) for f, v in zip(CONV_FIELDS, parts,
+                                                                        strict=True)},
+                       word_bytes)
+
+
+def _named_conv(text: str, fields: dict[str, int], word_bytes: int) -> Einsum:
+    try:
+        return conv(**fields, word_bytes=word_bytes)
+    except ValueError as exc:
+        raise ValueError(f"conv {text!r}: {exc}") from None
+
+
 def parse_problem(text: str, word_bytes: int = 1) -> Einsum:
     """Artifact names: ``Conv(P=16384, C=1024, K=1024)``, ``GBMM(M=.., K=.., N=.., H=.., G=..)``,
     ``3_3_16_16_64_64_1_1_1_1_1`` (``Conv.to_str``), ``gbmm_M_K_N_H_G``, or ``M_K_N``."""
     m = _CALL.match(text)
+    if m and m.group(1).lower() == "conv":
+        return parse_conv(text, word_bytes)
     if m:
         kind = m.group(1).lower()
         kwargs = {}
         for part in filter(None, (p.strip() for p in m.group(2).split(","))):
             key, _, val = part.partition("=")
             kwargs[key.strip()] = int(val)
-        if kind == "conv":
-            return conv(**kwargs, word_bytes=word_bytes)
         if kind == "gbmm":
             return gbmm(**kwargs, word_bytes=word_bytes)
         if kind == "bmm":
@@ -168,8 +237,8 @@ def parse_problem(text: str, word_bytes: int = 1) -> Einsum:
     parts = text.strip().split("_")
     if parts[0] == "gbmm" and len(parts) == 6:
         return gbmm(*map(int, parts[1:]), word_bytes=word_bytes)
-    if len(parts) == 11:
-        return conv(*map(int, parts), word_bytes=word_bytes)
+    if len(parts) == len(CONV_FIELDS):
+        return parse_conv(text, word_bytes)
     if len(parts) == 3:
         return gemm(*map(int, parts), word_bytes=word_bytes)
     raise ValueError(f"cannot read problem {text!r}")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from opatlas.bounds.frontier import Curve, Frontier
+from opatlas.figures import save_figure
 
 
 def _series(f: Frontier, metric: str, y_end: float | None, coefficient: float
@@ -69,9 +70,7 @@ def _finish(fig, ax, path: Path, title: str | None) -> Path:
     ax.legend(fontsize=6)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_bar_ratios(frontiers: Sequence[Frontier], path: Path, legends: Sequence[str],
@@ -87,9 +86,7 @@ def plot_bar_ratios(frontiers: Sequence[Frontier], path: Path, legends: Sequence
     ax.set_xlabel("Maximal effectual buffer / total operand size")
     ax.set_xlim(0, max(ratios) * 1.2)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] | None = None,
@@ -156,9 +153,7 @@ def plot_accel_sweep(frontier: Frontier, points: pd.DataFrame, path: Path, *,
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _kb(size: float) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from opatlas.cli.common import checked_plot
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
@@ -19,7 +20,8 @@ app = typer.Typer(help="Orojenesis data-movement bounds: minimum backing-store t
 JsonOpt = typer.Option(False, "--json", help="Print the frontier as JSON.")
 CsvOpt = typer.Option(None, "--csv", help="Write the tidy frontier CSV (.csv or .parquet).")
 ArtCsvOpt = typer.Option(None, "--artifact-csv", help="Write the artifact's orojenesis.csv.")
-PlotOpt = typer.Option(None, "--plot", help="Write the accesses-vs-buffer plot (.png/.pdf).")
+PlotOpt = typer.Option(None, "--plot", callback=checked_plot,
+                       help="Write the accesses-vs-buffer plot (.png/.pdf).")
 AtOpt = typer.Option(None, "--at", help="Print the bound at this buffer size (words).")
 WordOpt = typer.Option(1, "--word-bytes", min=1, help="Bytes per word (1 as the artifact).")
 ImperfectOpt = typer.Option(False, "--imperfect",
@@ -58,15 +60,18 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
 
 
 def _print(f: Frontier) -> None:
+    """The frontier as a rich table. Every data string is escaped: rich would take a mapping
+    such as ``DRAM[b8 m256 ...]`` for a markup tag and drop it."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("buffer (words)", "accesses (words)", "OI (op/B)", "mapping",
-                  title=f"{f.einsum.name}: {len(f.buffer)} frontier points of {f.tilings} "
-                        f"tilings / {f.mapspace_size} mappings"
-                        + (" [imperfect tiling]" if f.imperfect else ""))
+                  title=escape(f"{f.einsum.name}: {len(f.buffer)} frontier points of "
+                               f"{f.tilings} tilings / {f.mapspace_size} mappings"
+                               + (" [imperfect tiling]" if f.imperfect else "")))
     for b, a, o, m in zip(f.buffer, f.accesses, f.oi(), f.to_frame()["mapping"], strict=True):
-        table.add_row(f"{b:,}", f"{a:,}", f"{o:.2f}", m)
+        table.add_row(f"{b:,}", f"{a:,}", f"{o:.2f}", escape(str(m)))
     console = Console()
     console.print(table)
     console.print(f"algo min {f.algo_min:,}  algo max {f.algo_max:,}  maximal effectual "
@@ -113,16 +118,31 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., m
           imperfect)
 
 
+_CONV_OPTIONS = ("r", "s", "p", "q", "c", "k", "n", "wstride", "hstride", "wdilation",
+                 "hdilation")
+
+
+def _conv_opt(name: str) -> int:
+    return typer.Option(1, f"--{name}", min=1)
+
+
+def _conv_options_given(ctx: typer.Context) -> list[str]:
+    """The --r ... --hdilation options the user set (they would be ignored beside a NAME).
+    Sources are compared by name: typer ships its own copy of click's ParameterSource."""
+    sources = {o: ctx.get_parameter_source(o) for o in _CONV_OPTIONS}
+    return [f"--{o}" for o, src in sources.items()
+            if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")]
+
+
 @app.command("conv")
-def conv_cmd(name: str | None = typer.Argument(None, help="Artifact name R_S_P_Q_C_K_N_Ws_Hs_Wd_Hd "
-                                                          "or Conv(R=..,...)"),
-             r: int = typer.Option(1, "--r"), s: int = typer.Option(1, "--s"),
-             p: int = typer.Option(1, "--p"), q: int = typer.Option(1, "--q"),
-             c: int = typer.Option(1, "--c"), k: int = typer.Option(1, "--k"),
-             n: int = typer.Option(1, "--n"), wstride: int = typer.Option(1, "--wstride"),
-             hstride: int = typer.Option(1, "--hstride"),
-             wdilation: int = typer.Option(1, "--wdilation"),
-             hdilation: int = typer.Option(1, "--hdilation"), word_bytes: int = WordOpt,
+def conv_cmd(ctx: typer.Context,
+             name: str | None = typer.Argument(None, help="Artifact name R_S_P_Q_C_K_N_Ws_Hs_Wd_Hd "
+                                                          "(all 11 fields) or Conv(R=..,...)"),
+             r: int = _conv_opt("r"), s: int = _conv_opt("s"), p: int = _conv_opt("p"),
+             q: int = _conv_opt("q"), c: int = _conv_opt("c"), k: int = _conv_opt("k"),
+             n: int = _conv_opt("n"), wstride: int = _conv_opt("wstride"),
+             hstride: int = _conv_opt("hstride"), wdilation: int = _conv_opt("wdilation"),
+             hdilation: int = _conv_opt("hdilation"), word_bytes: int = WordOpt,
              as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
              at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
@@ -135,13 +155,35 @@ def conv_cmd(name: str | None = typer.Argument(None, help="Artifact name R_S_P_Q
         opatlas bound conv --r 3 --s 3 --p 16 --q 16 --c 64 --k 64 --wstride 2 --hstride 2
     """
     from opatlas.bounds import conv
-    from opatlas.bounds.einsum import parse_problem
+    from opatlas.bounds.einsum import parse_conv
+
+    if name and (given := _conv_options_given(ctx)):
+        raise OpatlasError(f"conv {name!r}: give the conv as NAME or as options, not both "
+                           f"({', '.join(given)} would be ignored)")
     try:
-        e = parse_problem(name, word_bytes) if name else conv(
+        e = parse_conv(name, word_bytes) if name else conv(
             r, s, p, q, c, k, n, wstride, hstride, wdilation, hdilation, word_bytes)
     except (ValueError, TypeError) as exc:
-        raise OpatlasError(f"conv {name or ''}: {exc}") from None
+        raise OpatlasError(str(exc) if name else f"conv: {exc}") from None
     _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+
+
+def _parse_dims(dims: list[str]) -> dict[str, int]:
+    """``--dims b=8,m=512`` (repeatable) as sizes; each name once, each size an integer."""
+    sizes: dict[str, int] = {}
+    for chunk in filter(None, (x.strip() for x in ",".join(dims).split(","))):
+        key, eq, val = (x.strip() for x in chunk.partition("="))
+        try:
+            size = int(val)
+        except ValueError:
+            size = None
+        if not eq or not key or size is None:
+            raise OpatlasError(f"--dims {chunk!r}: expected NAME=SIZE with an integer size, "
+                               "e.g. m=512")
+        if key in sizes:
+            raise OpatlasError(f"--dims: {key} given twice")
+        sizes[key] = size
+    return sizes
 
 
 @app.command("einsum")
@@ -157,15 +199,12 @@ def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->
         opatlas bound einsum "bmk,bkn->bmn" --dims b=8,m=512,k=64,n=512
     """
     from opatlas.bounds import from_index_string
-    sizes: dict[str, int] = {}
+
+    sizes = _parse_dims(dims)
     try:
-        for chunk in ",".join(dims).split(","):
-            if chunk.strip():
-                key, _, val = chunk.partition("=")
-                sizes[key.strip()] = int(val)
         e = from_index_string(spec, sizes, word_bytes)
     except ValueError as exc:
-        raise OpatlasError(f"einsum {spec!r} --dims {','.join(dims)}: {exc}") from None
+        raise OpatlasError(f"{exc} (--dims {','.join(dims)})") from None
     _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
 
 
@@ -243,9 +282,21 @@ def _accel_problem(problem: str, dims: list[int]) -> Einsum:
             from opatlas.bounds import bmm
 
             return bmm(*dims)
+        if kind == "conv" and len(dims) < hi:
+            _say_conv_defaults(problem, dims)
         return make(*dims)
     except (ValueError, TypeError) as exc:
         raise OpatlasError(f"--problem {problem} {' '.join(map(str, dims))}: {exc}") from None
+
+
+def _say_conv_defaults(problem: str, dims: list[int]) -> None:
+    import warnings
+
+    from opatlas.bounds.einsum import CONV_FIELDS
+
+    warnings.warn(f"--problem {problem} {' '.join(map(str, dims))}: "
+                  f"{', '.join(CONV_FIELDS[len(dims):])} not given; using 1 for each",
+                  stacklevel=2)
 
 
 def _kb_list(text: str) -> list[float]:
@@ -324,13 +375,15 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
 
 
 def _print_accel(sweep) -> None:
+    """The sweep as rich tables; names and mappings escaped as in ``_print``."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     best = sweep.best()
     table = Table("size (B)", "maps", "best DRAM", "bound", "gap", "below", "gap@tile", "util",
-                  title=f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses in words of "
-                        f"{sweep.einsum.word_bytes} B")
+                  title=escape(f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses in "
+                               f"words of {sweep.einsum.word_bytes} B"))
     for r in best.itertuples():
         table.add_row(f"{r.capacity_bytes:,.0f}", f"{r.mappings:,}", f"{r.best_dram_accesses:.4g}",
                       f"{r.bound_at_capacity:.4g}", f"{100 * r.gap_to_bound:+.1f}%",
@@ -339,7 +392,8 @@ def _print_accel(sweep) -> None:
     console = Console()
     console.print(table)
     for r in best.itertuples():
-        console.print(f"best at {r.capacity_bytes:,.0f} B: {r.best_mapping}", soft_wrap=True)
+        console.print(escape(f"best at {r.capacity_bytes:,.0f} B: {r.best_mapping}"),
+                      soft_wrap=True)
     if sweep.searched is not None:
         table = Table("size (B)", "searched best", "gap", "gap@tile", "util",
                       title="after local search from the best sampled mappings")
@@ -350,9 +404,9 @@ def _print_accel(sweep) -> None:
                           f"{100 * r.searched_utilization:.0f}%")
         console.print(table)
         for r in best.itertuples():
-            console.print(f"searched best at {r.capacity_bytes:,.0f} B: {r.searched_mapping}",
-                          soft_wrap=True)
-    console.print(f"size: {sweep.level} capacity; bound: the Orojenesis bound at that capacity; "
+            console.print(escape(f"searched best at {r.capacity_bytes:,.0f} B: "
+                                 f"{r.searched_mapping}"), soft_wrap=True)
+    console.print(f"size: {escape(sweep.level)} capacity; bound: the Orojenesis bound at that capacity; "
                   "gap = best / bound − 1; below: mappings under that bound (possible when a "
                   "tensor bypasses the level); gap@tile: the best mapping against the bound at "
                   "its own uniform tile (all loops below DRAM), a floor for every mapping.")

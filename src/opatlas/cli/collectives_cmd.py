@@ -9,6 +9,31 @@ import typer
 
 from opatlas.errors import OpatlasError
 
+BACKENDS = ("gloo", "nccl")
+
+
+def _check_launch(backend: str, dtype: str, nproc: int) -> None:
+    """Refuse what every torchrun worker would die on, before launching them: a worker's
+    failure reaches us only as torchrun's ChildFailedError, without its cause."""
+    if backend not in BACKENDS:
+        raise OpatlasError(f"--backend {backend!r}: expected gloo (CPU) or nccl (CUDA GPUs)")
+    from opatlas.ops.torchutil import torch_dtype
+
+    try:
+        torch_dtype(dtype)
+    except ValueError as exc:
+        raise OpatlasError(f"--dtype: {exc}") from None
+    if backend != "nccl":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise OpatlasError("--backend nccl needs CUDA GPUs and none is available here; use "
+                           "--backend gloo to measure on CPUs")
+    if (gpus := torch.cuda.device_count()) < nproc:
+        raise OpatlasError(f"--backend nccl needs one GPU per rank: --nproc {nproc}, but "
+                           f"{gpus} GPU(s) are visible")
+
 
 def collectives(
     op: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | all_to_all | "
@@ -16,7 +41,7 @@ def collectives(
     nproc: int = typer.Option(2, "--nproc", min=2, help="Ranks (processes) on this node."),
     sizes: str = typer.Option("1048576", "--sizes", help="Total elements, comma-separated."),
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
-    dtype: str = typer.Option("fp32", "--dtype"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp64, fp16 or bf16."),
     repeats: int = typer.Option(10, "--repeats", min=1),
     link_peak_gbps: float | None = typer.Option(None, "--link-peak-gbps",
                                                 help="Flag bus bandwidths above this as invalid."),
@@ -35,6 +60,7 @@ def collectives(
         size_list = [int(s) for s in sizes.split(",") if s.strip()]
     except ValueError:
         raise OpatlasError(f"--sizes {sizes!r}: expected comma-separated integers") from None
+    _check_launch(backend, dtype, nproc)
     from opatlas.ops.collectives import record, run_collective
 
     df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype, repeats=repeats,

@@ -27,3 +27,16 @@ def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:
     for m in ops_modules or []:
         load_ops_module(m)
     return resolve_spec(spec)
+
+
+def checked_plot(value: Path | None) -> Path | None:
+    """``--plot`` callback: a bad figure path is a usage error before any work is done."""
+    if value is None:
+        return None
+    from opatlas.errors import OpatlasError
+    from opatlas.figures import check_plot_path
+
+    try:
+        return check_plot_path(value)
+    except OpatlasError as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"--plot {value}: ")) from None

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from opatlas.cli import estimate_run as er
+from opatlas.cli.common import checked_plot
 from opatlas.errors import OpatlasError
 
 
@@ -20,7 +21,8 @@ def estimate(
                                            "llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, qwen3-8b, "
                                            "mixtral-8x7b-v0.1."),
     as_json: bool = typer.Option(False, "--json"),
-    plot: Path | None = typer.Option(None, "--plot", help="Stacked-bar plot of the breakdown."),
+    plot: Path | None = typer.Option(None, "--plot", callback=checked_plot,
+                                     help="Stacked-bar plot of the breakdown."),
     do_search: bool = typer.Option(False, "--search", help="Rank the layouts of --gpus GPUs."),
     gpus: int | None = typer.Option(None, "--gpus", min=1),
     top: int = typer.Option(10, "--top", min=1),
@@ -59,12 +61,17 @@ def estimate(
     if analytical:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
                                      "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
+    if strict and cfg.ops.mode == "analytical":
+        typer.echo("note: --strict: ops.mode is analytical, so every op is timed by the roofline "
+                   "by choice and nothing can fall back (ops.mode: data to use measurements)",
+                   err=True)
     if do_search:
         if gpus is None:
             raise OpatlasError("--search needs --gpus N")
+        fixed = er.pinned_by_set(cfg, sets)
         if er.wants_run(tokens, steps, input_steps, gpu_hour_price):
             ranked, n, oom = er.search_runs(cfg, gpus, top, tokens, steps, gpu_hour_price,
-                                            input_steps)
+                                            input_steps, fixed)
             er.print_search_runs(ranked, n, oom, as_json)
             if plot is not None and ranked:
                 from opatlas.estimate.plot import plot_breakdown
@@ -72,7 +79,7 @@ def estimate(
                 plot_breakdown([e for e, _ in ranked], plot,
                                f"{cfg.model.name}: fastest runs on {gpus} GPUs")
             return
-        best, n, oom = search(cfg, gpus, top)
+        best, n, oom = search(cfg, gpus, top, fixed)
         if as_json:
             typer.echo(json.dumps({"evaluated": n, "oom": oom,
                                    "top": [e.as_json() for e in best]}))
@@ -106,12 +113,15 @@ def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
     for k, v in est.breakdown.items():
         table.add_row(k, f"{v:.4f}", f"{100 * v / est.step_time_s:.1f}%")
     c.print(table)
+    import math
+
+    verdict = ("fits" if est.fits else "OUT OF MEMORY") \
+        if math.isfinite(est.memory_limit_gib) else "not checked: memory size unknown"
+    limit = f"{est.memory_limit_gib:.0f}" if math.isfinite(est.memory_limit_gib) else "?"
     c.print(f"step time {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   "
-            f"MFU {100 * est.mfu:.1f}%   memory {est.memory_gib:.1f} of "
-            f"{est.memory_limit_gib:.0f} GiB per GPU ({'fits' if est.fits else 'OUT OF MEMORY'})")
-    for note in est.notes:
-        c.print(f"note: {note}")
-    if run is not None:
+            f"MFU {100 * est.mfu:.1f}%   memory {est.memory_gib:.1f} of {limit} GiB per GPU "
+            f"({verdict})")
+    if run is not None:  # est.notes were said on stderr as they arose
         er.print_run(run, price)
 
 
@@ -119,13 +129,12 @@ def _print_search(best: list, n: int, oom: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from opatlas.estimate.plot import label, layout_label
+    from opatlas.estimate.plot import label
 
     table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "same time and memory",
-                  title=f"{n} layouts evaluated, {oom} out of memory")
+                  title=er.search_title(n, oom, best))
     for i, e in enumerate(best, 1):
-        same = "; ".join(layout_label(c).replace("\n", " ") for c in e.equivalent)
         table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
-                      same or "-")
+                      er.same_as(e))
     Console().print(table)

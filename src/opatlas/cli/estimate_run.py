@@ -30,11 +30,14 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
     Megatron flags that are not modelled are errors."""
     from opatlas.estimate.inputs import load_inputs
 
-    inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
-                         gpus_per_node=gpus_per_node, sets=sets or (), search=search,
-                         strict=strict)
-    for note in inputs.notes:
-        typer.echo(f"note: {note}", err=True)
+    notes: list[str] = []
+    try:
+        inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
+                             gpus_per_node=gpus_per_node, sets=sets or (), search=search,
+                             strict=strict, notes=notes)
+    finally:  # what was assumed before an error explains it
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
     return inputs.config, inputs.steps
 
 
@@ -90,13 +93,14 @@ def print_run(run: Any, price: float | None) -> None:
 
 
 def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | None,
-                price: float | None, input_steps: int | None) -> tuple[list, int, int]:
+                price: float | None, input_steps: int | None,
+                fixed: dict[str, object]) -> tuple[list, int, int]:
     """The ``top`` layouts by time to train the budget: ([(estimate, run)], evaluated, oom)."""
     from opatlas.estimate import search
     from opatlas.estimate.run import rank_by_run
 
     budget_tokens, budget_steps = _budget(tokens, steps, input_steps)
-    fits, n, oom = search(cfg, gpus, top=10**9)
+    fits, n, oom = search(cfg, gpus, top=10**9, fixed=fixed)
     return rank_by_run(fits, budget_tokens, budget_steps, price)[:top], n, oom
 
 
@@ -112,11 +116,40 @@ def print_search_runs(ranked: list, n: int, oom: int, as_json: bool) -> None:
         return
     priced = bool(ranked) and ranked[0][1].cost is not None
     table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "days", "GPU-hours",
-                  *(["cost"] if priced else []),
-                  title=f"{n} layouts evaluated, {oom} out of memory; ranked by time to train")
+                  *(["cost"] if priced else []), "same time and memory",
+                  title=search_title(n, oom, [e for e, _ in ranked]) + "; ranked by time to train")
     for i, (e, r) in enumerate(ranked, 1):
         table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
                       f"{r.days:,.2f}", f"{r.gpu_hours:,.0f}",
-                      *([f"{r.cost:,.0f}"] if priced else []))
+                      *([f"{r.cost:,.0f}"] if priced else []), same_as(e))
     Console().print(table)
+
+
+def search_title(n: int, oom: int, shown: list) -> str:
+    """The search table's title; memory that was not checked (a device of unknown memory
+    size) is not counted as fitting."""
+    import math
+
+    if shown and not math.isfinite(shown[0].memory_limit_gib):
+        return f"{n} layouts evaluated, memory not checked (its size is unknown)"
+    return f"{n} layouts evaluated, {oom} out of memory"
+
+
+def same_as(e: Any) -> str:
+    """The layouts that tie with ``e`` in step time and memory, or '-'."""
+    from opatlas.estimate.plot import layout_label
+
+    return "; ".join(layout_label(c).replace("\n", " ") for c in e.equivalent) or "-"
+
+
+def pinned_by_set(cfg: Any, sets: list[str] | None) -> dict[str, object]:
+    """The layout keys ``--set`` gives, which ``--search`` then keeps; said on stderr."""
+    from opatlas.estimate.overrides import override_keys
+    from opatlas.estimate.search import pinned
+
+    fixed = pinned(cfg, override_keys(sets or []))
+    if fixed:
+        typer.echo("note: --search keeps " + ", ".join(f"{k} = {v}" for k, v in fixed.items())
+                   + " (from --set)", err=True)
+    return fixed

@@ -51,9 +51,11 @@ def fit(
         _fit_reshard(data, out, shards, as_json, split, group_by or None, size_col, time_col)
         return
     from opatlas.fit.evaluate import evaluate_all
+    from opatlas.predict.predictor import ETT_NAMES
 
     frame = load_op_data(data)
-    evs = evaluate_all(frame, recipe, split, ops=op, baseline=not no_baseline)
+    ops = [ETT_NAMES.get(o, o) for o in op] if op else None  # catalog names as predict takes
+    evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline)
     if not evs:
         raise OpatlasError(f"no (op, pass) with at least 10 rows in {data}"
                            + (f" for ops {op}" if op else ""))
@@ -156,8 +158,11 @@ def predict(
 
         opatlas predict linear1 --shape mp=2 --shape b=4 --shape l=4096 --shape dim=4096
     """
+    from opatlas.fit.recipes import RECIPES
     from opatlas.predict import Predictor, check_valid, parse_shape
 
+    if recipe not in RECIPES:
+        raise OpatlasError(f"--recipe {recipe!r}: one of {', '.join(RECIPES)}")
     params = parse_shape(op, shape)
     pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data)
     pred.check_device()

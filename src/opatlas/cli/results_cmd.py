@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -21,7 +24,7 @@ def results(
     out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
     op: str | None = typer.Option(None, "--op", help="Only this op."),
     status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
-    limit: int = typer.Option(50, "--limit", help="Rows shown by --format table (0: all)."),
+    limit: int = typer.Option(50, "--limit", min=0, help="Rows shown by --format table (0: all)."),
 ) -> None:
     """Print or export the results table.
 
@@ -50,6 +53,9 @@ def results(
     with Store(store, read_only=True) as st:
         total = st.count_results(op, status)
         df = st.results(op=op, status=status, limit=limit if fmt == "table" and limit else None)
+        if total == 0 and op is not None and op not in (ops := st.ops()):
+            typer.echo(f"note: the store has no op {op!r}; it has {', '.join(ops) or 'none'}",
+                       err=True)
     if fmt == "table":
         _print_table(df, limit, out, total)
     elif fmt == "csv":
@@ -58,7 +64,9 @@ def results(
     elif fmt == "json":
         _emit(df.to_json(orient="records", date_format="iso"), out)
     else:
-        df.to_parquet(out, index=False)
+        from opatlas.atomic import write_output
+
+        write_output(out, lambda tmp: df.to_parquet(tmp, index=False))
         typer.echo(f"wrote {len(df)} rows to {out}")
 
 
@@ -66,7 +74,9 @@ def _emit(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text)
     else:
-        out.write_text(text)
+        from opatlas.atomic import write_output
+
+        write_output(out, lambda tmp: tmp.write_text(text))
         typer.echo(f"wrote {out}")
 
 
@@ -87,7 +97,16 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
         rate = f"{r['flops'] / r['median_ns']:.2f}" if ok and r["flops"] else "-"
         table.add_row(r["op"], r["pass"], short, r["status"], med, spread,
                       str(int(r["repeats"])), rate)
-    Console(file=out.open("w") if out else None).print(table)
+    if out is None:
+        Console().print(table)
+        return
+    from opatlas.atomic import write_output
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w") as fh:
+            Console(file=fh).print(table)
+
+    write_output(out, write)
 
 
 @import_app.command("results")
@@ -96,10 +115,26 @@ def import_results(
     store: Path = StoreOpt,
 ) -> None:
     """Add results exported from another store (e.g. one per SLURM part) to this store."""
-    from opatlas.store import Store
-    with Store(store) as st:
+    with _writing(store) as st:
         n = st.import_results(path)
     typer.echo(f"added {n} rows to {store}")
+
+
+@contextmanager
+def _writing(store: Path) -> Iterator[Any]:
+    """The store, opened for writing; one that this command created is removed again when the
+    command fails (an import that adds nothing leaves no empty store behind)."""
+    from opatlas.store import Store
+
+    existed = store.exists()
+    try:
+        with Store(store) as st:
+            yield st
+    except Exception:
+        if not existed:
+            for leftover in (store, store.with_name(store.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
 
 
 @import_app.command("ett-samples")
@@ -116,11 +151,10 @@ def import_ett(
 
         opatlas import ett-samples bundled --store a100.duckdb
     """
-    from opatlas.store import Store
     from opatlas.store.ett import bundled_dataset, import_ett_samples
 
     path = bundled_dataset() if directory == "bundled" else Path(directory)
-    with Store(store) as st:
+    with _writing(store) as st:
         added = import_ett_samples(st, path)
     typer.echo(f"added {sum(added.values())} rows from {len(added)} files to {store}")
 
@@ -138,9 +172,8 @@ def import_tt_sweep(
 
         opatlas import tt-sweep --vectors vectors_export --results results_export_batch
     """
-    from opatlas.store import Store
     from opatlas.tenstorrent.ttjson import import_tt
 
-    with Store(store) as st:
+    with _writing(store) as st:
         n = import_tt(st, vectors, results, device)
     typer.echo(f"added {n} rows to {store}")

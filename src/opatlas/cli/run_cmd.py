@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 def run(
     spec: str = typer.Argument(..., help="Spec file or built-in spec name."),
-    backend: str = typer.Option("cpu", "--backend", help="Where to run: cpu or cuda."),
+    backend: str = typer.Option("cpu", "--backend", help="Where to run: cpu, cuda, wormhole-sim (a "
+                                                             "simulated Tenstorrent Wormhole) or "
+                                                             "ttnn (a Tenstorrent card)."),
     backend_opt: list[str] | None = typer.Option(
         None, "--backend-opt", help="Backend option key=value (cuda: timing=events|profiler, "
                                     "graphs=1, flush_l2=1), repeatable."),
@@ -32,12 +34,13 @@ def run(
     retry_failed: bool = typer.Option(False, "--retry-failed",
                                       help="Run again vectors recorded as error/oom/timeout/crash."),
     log_every: int = typer.Option(100, "--log-every", min=1,
-                                  help="Log line every N vectors when not on a terminal."),
+                                  help="Log line every N vectors (and at least every 30 s) when not on a "
+                                       "terminal."),
     ops_module: list[str] | None = OpsModuleOpt,
     executor: str = typer.Option("local", "--executor",
                                  help="local (this machine), ray (a Ray cluster; pip install "
-                                      "'opatlas[ray]') or submitit (a SLURM job array; pip "
-                                      "install 'opatlas[slurm]')."),
+                                      "'opatlas\\[ray]') or submitit (a SLURM job array; pip "
+                                      "install 'opatlas\\[slurm]')."),
     address: str | None = typer.Option(
         None, "--address", help="Ray cluster: auto (the running one) or HOST:PORT; "
                                 "default: start Ray on this machine."),
@@ -92,6 +95,7 @@ def run(
     if executor == "submitit" and (parts, part) != (1, 1):
         raise OpatlasError("--executor submitit splits the sweep itself into --jobs parts; "
                            "drop --parts/--part")
+    _check_before_store(s, where, executor, backend, options)
     with Store(store) as st:
         if executor == "submitit":
             from opatlas.run.submitit_executor import SubmititConfig, run_spec_submitit
@@ -154,3 +158,17 @@ def node_lines(summary: RunSummary) -> list[str]:
         lines.append(f"{summary.retried_chunks} chunk(s) ran again after their worker died; "
                      f"{summary.duplicate_rows} row(s) were already recorded and kept once")
     return lines
+
+
+def _check_before_store(spec, where: str | None, executor: str, backend: str,
+                        options: dict) -> None:
+    """Refuse a bad ``--where`` or backend option before the store is created or written:
+    a command that fails leaves nothing behind. The backend is only built here for the
+    local executor (remote workers may have devices this machine lacks)."""
+    from opatlas.sweep import VectorStream
+
+    next(iter(VectorStream(spec, where=where)), None)  # evaluates --where on the first batch
+    if executor == "local":
+        from opatlas.backends import get_backend
+
+        get_backend(backend, **options)

@@ -52,13 +52,15 @@ def expand_cmd(
 
 
 def _write_vectors(vectors: list, out: Path) -> None:
+    from opatlas.atomic import write_output
+
     rows = [v.as_dict() for v in vectors]
     if out.suffix == ".parquet":
         import pandas as pd
 
-        pd.DataFrame(rows).to_parquet(out, index=False)
+        write_output(out, lambda tmp: pd.DataFrame(rows).to_parquet(tmp, index=False))
     elif out.suffix == ".json":
-        out.write_text(json.dumps(rows, indent=1, default=str))
+        write_output(out, lambda tmp: tmp.write_text(json.dumps(rows, indent=1, default=str)))
     else:
         raise OpatlasError(f"--out {out}: use a .json or .parquet file name")
 

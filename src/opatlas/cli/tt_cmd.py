@@ -48,12 +48,41 @@ def calibrate(
                f"{s['worst_degree_factor']:.2f}x -> {out}")
 
 
+def _grid(option: str, text: str, rows_first: bool) -> tuple[int, int]:
+    """``--producer``/``--consumer`` as (columns, rows), within the simulator's 8x8 grid."""
+    from opatlas.errors import OpatlasError
+    from opatlas.tenstorrent.noc import GRID
+    from opatlas.tenstorrent.reshard import parse_grid
+
+    order = "rows x columns" if rows_first else "columns x rows"
+    try:
+        a, b = parse_grid(text)
+    except ValueError:
+        raise OpatlasError(f"{option} {text!r}: expected a core grid XxY ({order}) of positive "
+                           "integers, e.g. 7x1") from None
+    if max(a, b) > GRID:
+        raise OpatlasError(f"{option} {text!r}: the simulator models the {GRID}x{GRID} core "
+                           f"grid; each side must be 1..{GRID}")
+    return (b, a) if rows_first else (a, b)
+
+
+def _strategy(text: str) -> str:
+    from opatlas.errors import OpatlasError
+    from opatlas.tenstorrent.reshard import parse_strategy
+
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise OpatlasError(f"--strategy: {exc}") from None
+
+
 def reblock(
-    producer: str = typer.Option(..., "--producer", help="Producer grid XxY (columns x rows)."),
+    producer: str = typer.Option(..., "--producer", help="Producer grid XxY (columns x rows), "
+                                                         "each side 1..8."),
     consumer: str = typer.Option(..., "--consumer", help="Consumer grid XxY."),
-    height: int = typer.Option(..., "--height", help="Tensor height in tiles."),
-    width: int = typer.Option(..., "--width", help="Tensor width in tiles."),
-    strategy: str = typer.Option("BLOCK", "--strategy"),
+    height: int = typer.Option(..., "--height", min=1, help="Tensor height in tiles."),
+    width: int = typer.Option(..., "--width", min=1, help="Tensor width in tiles."),
+    strategy: str = typer.Option("BLOCK", "--strategy", help="BLOCK, WIDTH or HEIGHT."),
     rows_first: bool = typer.Option(False, "--rows-first",
                                     help="Read grids as rows x columns (PyBuda's notation)."),
 ) -> None:
@@ -65,17 +94,14 @@ def reblock(
     """
     import json
 
+    from opatlas.errors import OpatlasError
     from opatlas.tenstorrent.reblock import reblock as view
-    from opatlas.tenstorrent.reshard import is_tilable, parse_grid
+    from opatlas.tenstorrent.reshard import is_tilable
 
-    grids = []
-    for g in (producer, consumer):
-        a, b = parse_grid(g)
-        grids.append((b, a) if rows_first else (a, b))
+    strategy = _strategy(strategy)
+    grids = [_grid("--producer", producer, rows_first), _grid("--consumer", consumer, rows_first)]
     for g in grids:
         if not is_tilable(height, width, *g, strategy):
-            from opatlas.errors import OpatlasError
-
             raise OpatlasError(f"{height}x{width} tiles cannot be {strategy}-sharded on grid "
                                f"{g[0]}x{g[1]} (columns x rows) in whole tiles")
     typer.echo(json.dumps(view(height, width, grids[0], grids[1], strategy).as_json()))

@@ -64,7 +64,9 @@ class Measured(AlphaBeta):
 
     def __init__(self, cluster: ClusterConfig, folder: Path, gpu: str) -> None:
         super().__init__(cluster)
+        self.folder = folder
         self.curves: dict[tuple[str, int, int], Callable[[np.ndarray], np.ndarray]] = {}
+        self.fallbacks: set[tuple[str, int, int]] = set()  # asked for, not measured
         for op, stems in self.NAMES.items():
             for nodes, gpn in {(1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (8, 1)}:
                 files = [f for s in stems
@@ -77,6 +79,7 @@ class Measured(AlphaBeta):
                       within_node: bool) -> np.ndarray:
         curve = self.curves.get((op, nodes, gpn))
         if curve is None:
+            self.fallbacks.add((op, nodes, gpn))
             return self.time(op, nbytes, nodes * gpn, within_node, gpn)
         return curve(np.asarray(nbytes, dtype=float))
 
@@ -109,3 +112,14 @@ def _loglog(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         return np.where(q > hi, np.exp(ly[-1]) * q / hi,
                         np.where(q < lo, np.exp(ly[0]), inside))
     return f
+
+
+def take_fallback_note(comm: AlphaBeta) -> str | None:
+    """The collectives a measured model had no samples for since the last call (they were
+    timed by the alpha-beta model), as one note; and forget them."""
+    if not isinstance(comm, Measured) or not comm.fallbacks:
+        return None
+    which = ", ".join(f"{op} on {nodes}×{gpn}" for op, nodes, gpn in sorted(comm.fallbacks))
+    comm.fallbacks.clear()
+    return (f"no measured samples in {comm.folder} for {which} (nodes × GPUs per node): the "
+            f"alpha-beta model (cluster bandwidths and latencies) is used for them")

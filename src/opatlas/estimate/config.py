@@ -92,6 +92,9 @@ class ClusterConfig(_Strict):
     inter_latency_us: float = Field(default=10.0, ge=0)
     nccl_data: str | None = Field(default=None, description="folder of measured NCCL samples, "
                                                             "or 'bundled'")
+    memory_gib: float | None = Field(default=None, gt=0, description="memory per GPU in GiB; "
+                                     "the catalog's figure when the device is in it (needed "
+                                     "for a device known only from its data)")
 
 
 class OpsConfig(_Strict):
@@ -204,8 +207,10 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
         else:
             raise SpecError("no such config file, and no bundled example of that name",
                             file=str(path))
+    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
+        path = path / "config.json"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _parse(path)
     except yaml.YAMLError as exc:
         raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
@@ -224,6 +229,20 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
     if is_hf_config(data):
         data = {"model": {"hf": str(path)}}
     return data, path
+
+
+def _parse(path: Path) -> Any:
+    """A .json file as JSON (its errors are JSON's: line and column), anything else as YAML."""
+    text = path.read_text()
+    if path.suffix.lower() != ".json":
+        return yaml.safe_load(text)
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+                        file=str(path)) from None
 
 
 def validate_config(data: dict[str, Any], path: str | Path,

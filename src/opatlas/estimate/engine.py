@@ -24,7 +24,7 @@ import numpy as np
 
 from opatlas.columns import Columns, as_columns
 from opatlas.estimate import model as pm
-from opatlas.estimate.comm import AlphaBeta, Measured
+from opatlas.estimate.comm import AlphaBeta, Measured, take_fallback_note
 from opatlas.estimate.config import ModelConfig, TrainConfig
 from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
@@ -178,8 +178,42 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     devs = [_device_params(c) for c in cfgs]
     opt = _optimizer_times(fn, cfgs, devs)
     notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
-    return [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes)
+    limit = _memory_limit_gib(base, device)
+    if not math.isfinite(limit):
+        notes = [*notes, _unchecked_memory(base, device.name)]
+    ests = [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes, limit)
             for i, c in enumerate(cfgs)]
+    if (comm_note := take_fallback_note(comm)) is not None:
+        _said_or_refused(base, comm_note)
+        for e in ests:
+            e.notes = [*e.notes, comm_note]
+    return ests
+
+
+def _said_or_refused(c: TrainConfig, msg: str) -> None:
+    """A fallback: a warning on stderr, or an error under ``ops.strict``."""
+    import warnings
+
+    from opatlas.errors import OpatlasError
+
+    if c.ops.strict:
+        raise OpatlasError(f"{msg} (ops.strict: refused)")
+    warnings.warn(msg, UserWarning, stacklevel=3)
+
+
+def _memory_limit_gib(c: TrainConfig, device: Any) -> float:
+    """What a GPU can hold for the step: ``cluster.memory_gib`` if given, else the catalog's
+    memory (infinite for a device known only from its data), less what CUDA reserves."""
+    total = c.cluster.memory_gib * GiB if c.cluster.memory_gib else device.memory_bytes
+    return (total - RESERVED_BYTES) / GiB
+
+
+def _unchecked_memory(c: TrainConfig, name: str) -> str:
+    """A device without a memory size: said on stderr, an error under ``ops.strict``."""
+    msg = (f"the memory of {name} is unknown (not in the device catalog): nothing is checked "
+           f"against it; set cluster.memory_gib (e.g. --set cluster.memory_gib=80)")
+    _said_or_refused(c, msg)
+    return msg
 
 
 def estimate_step(cfg: TrainConfig) -> Estimate:
@@ -203,6 +237,11 @@ def _measured(cluster_json: str) -> Measured:
     cluster = ClusterConfig.model_validate_json(cluster_json)
     folder = bundled_dataset() / "nccl" if cluster.nccl_data == "bundled" else \
         Path(str(cluster.nccl_data))
+    if not folder.is_dir():
+        from opatlas.errors import SpecError
+
+        raise SpecError("no such folder of NCCL samples", key="cluster.nccl_data",
+                        value=cluster.nccl_data)
     return Measured(cluster, folder, filed_device_name(folder, cluster.device))
 
 
@@ -281,7 +320,8 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
 
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
-              terms: list[OpTerm], opt: tuple[float, float], notes: list[str]) -> Estimate:
+              terms: list[OpTerm], opt: tuple[float, float], notes: list[str],
+              limit: float) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     nmb = c.micro_batches
     act = 2.0 * c.training.micro_batch * m.seq_len * m.hidden  # one layer's activations, 16-bit
@@ -349,7 +389,6 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     tokens = c.training.global_batch * m.seq_len
     mfu = pm.model_flops_per_token(m) * tokens / (step * c.gpus * device.peak(c.training.dtype))
     mem = _memory(c, params_dev, experts_dev, per_device, sched)
-    limit = (device.memory_bytes - RESERVED_BYTES) / GiB
     return Estimate(c, step, breakdown, tokens / step, mfu, mem, limit, per_device, list(notes),
                     items)
 

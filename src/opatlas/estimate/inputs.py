@@ -13,6 +13,7 @@ from typing import Any
 
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.estimate.config import TrainConfig, read_config, validate_config
+from opatlas.estimate.defaults import assumed_defaults
 from opatlas.estimate.overrides import SOURCE as SET_SOURCE
 from opatlas.estimate.overrides import apply_overrides, override_keys
 
@@ -29,15 +30,18 @@ class Inputs:
 
 def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                 gpus: int | None = None, gpus_per_node: int | None = None,
-                sets: Sequence[str] = (), search: bool = False, strict: bool = False) -> Inputs:
+                sets: Sequence[str] = (), search: bool = False, strict: bool = False,
+                notes: list[str] | None = None) -> Inputs:
     """Build the training config from a file or Megatron arguments plus overrides.
 
     ``gpus`` is the world size: for Megatron arguments it sets dp = gpus / (tp·pp); for a
     config that does not fix ``parallel.dp`` (a Hugging Face one) likewise, unless ``search``
     (where it is the search's GPU count); a config whose dp·tp·pp disagrees is an error.
-    ``strict``: Megatron flags that are not modelled are errors, not notes.
+    ``strict``: Megatron flags that are not modelled are errors, not notes. ``notes``: a list
+    to collect the assumptions in as they are made, so that a caller can show them even when
+    a later step fails (an assumed batch is why a layout does not divide it).
     """
-    notes: list[str] = []
+    notes = [] if notes is None else notes
     steps = None
     if megatron_args is not None:
         if config is not None:
@@ -53,13 +57,19 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     sets = list(sets)
     if gpus_per_node is not None:
         sets.append(f"cluster.gpus_per_node={gpus_per_node}")
+    before = _layout_gpus(raw)
     raw = apply_overrides(raw, sets)
+    after = _layout_gpus(raw)
+    if not search and gpus is None and before and after and before != after:
+        notes.append(f"--set changes the layout's GPU count from {before} to {after} "
+                     f"(dp·tp·pp: --set parallel.dp too to keep the count)")
     if gpus is not None and (not search or megatron_args is not None):
         raw = _spread_gpus(raw, gpus, path, notes, quiet=megatron_args is not None)
     try:
         cfg = validate_config(raw, path, notes)
     except SpecError as exc:
         raise _blame(exc, sets) from None
+    notes.extend(assumed_defaults(raw, search))
     if gpus is not None and not search and cfg.gpus != gpus:
         raise OpatlasError(f"--gpus {gpus} disagrees with the config's dp·tp·pp = "
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
@@ -79,6 +89,15 @@ def _from_megatron(args: str, gpus: int | None, gpus_per_node: int | None, stric
     world = parallel["tp"] * parallel["pp"] * parallel.pop("dp")
     path = Path(args[1:] if args.startswith("@") else "--megatron-args")
     return {**run.config, "parallel": parallel}, path, run.steps, world
+
+
+def _layout_gpus(raw: dict[str, Any]) -> int | None:
+    """dp·tp·pp of a raw config that gives dp, else None."""
+    p = raw.get("parallel")
+    if not isinstance(p, dict) or "dp" not in p:
+        return None
+    values = [p.get(k, 1) for k in ("dp", "tp", "pp")]
+    return values[0] * values[1] * values[2] if all(isinstance(v, int) for v in values) else None
 
 
 def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],

@@ -371,7 +371,7 @@ def _sort_rest(a: _Args, run: MegatronRun, strict: bool) -> None:
 
 
 def _world(a: _Args, launcher: dict[str, list[str]], gpus: int | None,
-           gpus_per_node: int | None) -> tuple[int | None, int | None]:
+           gpus_per_node: int | None, notes: list[str]) -> tuple[int | None, int | None]:
     """GPUs and GPUs per node: the caller's, else a torchrun/launcher prefix's."""
     def number(*names: str) -> int | None:
         for n in names:
@@ -379,10 +379,18 @@ def _world(a: _Args, launcher: dict[str, list[str]], gpus: int | None,
                 return int(launcher[n][0])
         return None
 
+    nnodes = (launcher.get("nnodes") or [""])[0]
+    if nnodes and not nnodes.isdigit():  # elastic MIN:MAX
+        raise SpecError("an elastic node range: the world size is not fixed; give a node count "
+                        "or --gpus N", file=a.label, key="--nnodes", value=nnodes)
     per_node = number("nproc-per-node", "nproc_per_node")
     nodes = number("nnodes")
-    if gpus is None and per_node is not None:
-        gpus = per_node * (nodes or 1)
+    launched = per_node * (nodes or 1) if per_node is not None else None
+    if gpus is None:
+        gpus = launched
+    elif launched is not None and launched != gpus:
+        notes.append(f"--gpus {gpus} replaces the launcher's {nodes or 1} node(s) × "
+                       f"{per_node} = {launched} GPUs")
     return gpus, gpus_per_node or per_node
 
 
@@ -394,8 +402,8 @@ def megatron_config(text: str, gpus: int | None = None, gpus_per_node: int | Non
     flags, launcher = parse_flags(tokens, label)
     a = _Args(flags, label)
     _check_refused(a)
-    gpus, gpus_per_node = _world(a, launcher, gpus, gpus_per_node)
     notes: list[str] = []
+    gpus, gpus_per_node = _world(a, launcher, gpus, gpus_per_node, notes)
     tp = a.int("tensor-model-parallel-size", "model-parallel-size") or 1
     model = _model(a, tp, notes)
     if label != SOURCE:
@@ -418,6 +426,9 @@ def _training(a: _Args, dp: int, notes: list[str]) -> dict[str, Any]:
     if global_batch is None:
         global_batch = micro * dp
         notes.append(f"global batch = micro-batch · dp = {global_batch} (Megatron-LM's default)")
+    if a.switch("bf16") and a.switch("fp16"):
+        raise SpecError("--bf16 and --fp16 together: Megatron-LM refuses both; keep one",
+                        file=a.label, key="--fp16")
     dtype = "bf16" if a.switch("bf16") else "fp16" if a.switch("fp16") else "fp32"
     if dtype == "fp32":
         notes.append("neither --bf16 nor --fp16: fp32 training")
@@ -481,6 +492,10 @@ def _virtual_stages(a: _Args, layers_per_stage: int, pp: int) -> int:
                             f"stages of {per_virtual}", file=a.label,
                             key="--num-layers-per-virtual-pipeline-stage", value=per_virtual)
         virtual = layers_per_stage // per_virtual
+    elif virtual is not None and virtual > 1 and layers_per_stage % virtual:
+        raise SpecError(f"the {layers_per_stage} layers of a stage do not split into {virtual} "
+                        f"virtual stages", file=a.label,
+                        key="--num-virtual-stages-per-pipeline-rank", value=virtual)
     virtual = virtual or 1
     if virtual > 1 and pp < 2:
         raise SpecError("virtual pipeline stages need --pipeline-model-parallel-size > 1",

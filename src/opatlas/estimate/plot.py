@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 
 from opatlas.estimate.config import TrainConfig
 from opatlas.estimate.engine import Estimate
+from opatlas.figures import save_figure
 
 PARTS = ("compute", "tp_comm", "ep_comm", "pp_bubble", "p2p", "dp_comm", "optimizer")
 
@@ -39,6 +40,4 @@ def plot_breakdown(estimates: list[Estimate], path: Path, title: str = "") -> Pa
     ax.set_title(title or estimates[0].config.model.name, fontsize=9)
     ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -22,7 +22,7 @@ _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGTP]?)\s*
 def parse_count(text: str, what: str = "--tokens") -> float:
     """``"2T"`` -> 2e12, ``"300B"`` -> 3e11, ``"1.5e12"`` -> 1.5e12 (decimal suffixes)."""
     match = _COUNT.match(str(text))
-    if not match or float(match.group(1)) <= 0:
+    if not match or not 0 < float(match.group(1)) * _SUFFIX[match.group(2).upper()] < math.inf:
         raise OpatlasError(f"{what}: expected a positive number with an optional K, M, B, T "
                            f"suffix (e.g. 2T, 300B), got {text!r}")
     return float(match.group(1)) * _SUFFIX[match.group(2).upper()]
@@ -54,8 +54,8 @@ def whole_run(est: Estimate, tokens: float | None = None, steps: int | None = No
         steps = math.ceil(tokens / tokens_per_step(est))
     if steps <= 0:
         raise OpatlasError(f"--steps must be positive, got {steps}")
-    if gpu_hour_price is not None and gpu_hour_price < 0:
-        raise OpatlasError(f"--gpu-hour-price must not be negative, got {gpu_hour_price}")
+    if gpu_hour_price is not None and not 0 <= gpu_hour_price < math.inf:
+        raise OpatlasError(f"--gpu-hour-price must be a finite price >= 0, got {gpu_hour_price}")
     seconds = steps * est.step_time_s
     gpu_hours = seconds * est.config.gpus / 3600.0
     return RunEstimate(steps, float(steps * tokens_per_step(est)), seconds / 86400.0, gpu_hours,

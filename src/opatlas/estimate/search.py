@@ -15,8 +15,32 @@ from opatlas.errors import OpatlasError
 from opatlas.estimate.config import TrainConfig
 from opatlas.estimate.engine import Estimate, estimate_many
 
+# what the search chooses; a user may pin any of them (``--set parallel.tp=8``)
+SEARCHED = ("parallel.dp", "parallel.tp", "parallel.pp", "parallel.ep", "parallel.zero",
+            "parallel.recompute", "parallel.schedule", "parallel.virtual_stages",
+            "parallel.sequence_parallel", "training.micro_batch")
 
-def candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
+
+def _value(c: TrainConfig, key: str) -> object:
+    section, name = key.split(".")
+    return getattr(getattr(c, section), name)
+
+
+def pinned(cfg: TrainConfig, keys: set[str]) -> dict[str, object]:
+    """The searched keys among ``keys`` with their values in ``cfg``."""
+    return {k: _value(cfg, k) for k in SEARCHED if k in keys}
+
+
+def candidates(cfg: TrainConfig, gpus: int, fixed: dict[str, object] | None = None
+               ) -> list[TrainConfig]:
+    """Every valid layout of ``gpus`` GPUs; with ``fixed``, only those that keep those keys'
+    values."""
+    fixed = fixed or {}
+    return [c for c in _all_candidates(cfg, gpus)
+            if all(_value(c, k) == v for k, v in fixed.items())]
+
+
+def _all_candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
     m, gpn = cfg.model, cfg.cluster.gpus_per_node
     powers = [2**i for i in range(12)]
     out = []
@@ -48,16 +72,32 @@ def candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
     return out
 
 
-def search(cfg: TrainConfig, gpus: int, top: int = 10) -> tuple[list[Estimate], int, int]:
-    """(the ``top`` fastest that fit, configs evaluated, configs that did not fit)."""
-    cands = candidates(cfg, gpus)
+def search(cfg: TrainConfig, gpus: int, top: int = 10, fixed: dict[str, object] | None = None
+           ) -> tuple[list[Estimate], int, int]:
+    """(the ``top`` fastest that fit, configs evaluated, configs that did not fit); ``fixed``:
+    searched keys held at the given values."""
+    cands = candidates(cfg, gpus, fixed)
     if not cands:
+        held = "".join(f", {k} = {v}" for k, v in (fixed or {}).items())
         raise OpatlasError(f"no valid layout of {gpus} GPUs for this model "
                            f"({cfg.model.heads} heads, {cfg.model.layers} layers, global batch "
-                           f"{cfg.training.global_batch})")
+                           f"{cfg.training.global_batch}{held})")
     ests = estimate_many(cands)
     fits = sorted((e for e in ests if e.fits), key=lambda e: e.step_time_s)
+    if not fits:
+        raise OpatlasError(_none_fits(ests, gpus))
     return distinct(fits)[:top], len(ests), len(ests) - len(fits)
+
+
+def _none_fits(ests: list[Estimate], gpus: int) -> str:
+    """Why the search has nothing to show: the leanest layout and what it needs."""
+    from opatlas.estimate.plot import layout_label
+
+    lean = min(ests, key=lambda e: e.memory_gib)
+    return (f"none of the {len(ests)} layouts of {gpus} GPUs fits in "
+            f"{lean.memory_limit_gib:.0f} GiB per GPU; the leanest "
+            f"({layout_label(lean.config).replace(chr(10), ' ')}) needs {lean.memory_gib:.1f} "
+            f"GiB: give more GPUs (--gpus), a shorter sequence or a smaller global batch")
 
 
 def _result_key(e: Estimate) -> tuple[float, float]:

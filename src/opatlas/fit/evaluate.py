@@ -10,6 +10,7 @@ model near or below the floor on the same rows has little left to learn from thi
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 
 from opatlas.columns import distinct_rows
 from opatlas.devices import Device
+from opatlas.errors import OpatlasError
 from opatlas.fit.data import data_device, shapes_of
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
@@ -111,20 +113,46 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     return ev
 
 
+def _check_request(data: pd.DataFrame, split: str, ops: list[str] | None) -> str | None:
+    """Refuse ops the data does not hold and an extrapolation column no op has; return that
+    column (``None`` for other splits)."""
+    known = sorted(data["op"].unique())
+    if ops and (unknown := [o for o in ops if o not in known]):
+        raise OpatlasError(f"--op {', '.join(unknown)}: not in this data; it holds "
+                           f"{', '.join(known)}")
+    if not split.startswith("extrapolate:"):
+        return None
+    col = split.split(":")[1]
+    chosen = data if not ops else data[data["op"].isin(ops)]
+    have = {c for _, g in chosen.groupby("op") for c in shapes_of(g.head(1))}
+    if col not in have:
+        raise OpatlasError(f"--split {split}: no op here has a parameter {col!r} (they have "
+                           f"{', '.join(sorted(have))})")
+    return col
+
+
 def evaluate_all(data: pd.DataFrame, recipe: str = "hybrid", split: str = "random",
                  ops: list[str] | None = None, baseline: bool = True) -> list[Evaluation]:
-    out, devices = [], {}
-    for (op, _, name, dtype), g in data.groupby(["op", "pass", "device", "dtype"], sort=True):
+    """Every (op, pass, device, dtype) of ``data`` with at least 10 rows, fitted and tested on
+    ``split``; the groups left out (too few rows, no extrapolation column) are said on
+    stderr."""
+    col = _check_request(data, split, ops)
+    out, devices, skipped = [], {}, []
+    for (op, pass_, name, dtype), g in data.groupby(["op", "pass", "device", "dtype"],
+                                                    sort=True):
         if ops and op not in ops:
             continue
         if len(g) < 10:
+            skipped.append(f"{op}/{pass_} ({len(g)} rows)")
             continue
-        if split.startswith("extrapolate:"):
-            col = split.split(":")[1]
-            if col not in shapes_of(g.head(1)):
-                continue  # this op has no such parameter
+        if col is not None and col not in shapes_of(g.head(1)):
+            skipped.append(f"{op}/{pass_} (no {col})")
+            continue
         if (name, dtype) not in devices:  # an unknown device: described by all its data, once
             devices[name, dtype] = data_device(data, name, dtype)
         out.append(evaluate_group(g.reset_index(drop=True), recipe, split, baseline,
                                   devices[name, dtype]))
+    if skipped:
+        warnings.warn(f"not evaluated: {', '.join(skipped)} (at least 10 rows and the "
+                      f"split's column are needed)", UserWarning, stacklevel=2)
     return out

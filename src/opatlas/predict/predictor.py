@@ -80,9 +80,9 @@ class Predictor:
         if not self.index.has_device(device_key(device), dtype):
             raise OpatlasError(f"the op data {self.data_source} has no {dtype} samples for "
                                f"device {device!r}; it holds: {self.index.meta['holdings']}. "
-                               f"Give "
-                               f"data measured on this device (ops.data / --data), or use the "
-                               f"roofline (ops.mode: analytical / --analytical)")
+                               f"Give data measured on this device (estimate: ops.data; "
+                               f"predict and fit: --data), or, in an estimate, use the "
+                               f"roofline (ops.mode: analytical, or --analytical)")
 
     def device_entry(self, device: str, dtype: str) -> Device:
         """The catalog entry, or for an unknown device the roofline its own data attains."""
@@ -208,6 +208,11 @@ class Predictor:
         return model.predict(take(table, first))[codes]
 
 
+# parameters that count something every op has at least one of (a zero is no work, or a
+# division by zero); counts that may be zero (the optimizer stages' encoders) are not here
+_SIZES = frozenset({"mp", "b", "h", "l", "dim", "ffn", "vocab", "kv_heads", "heads"})
+
+
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     """``["mp=2", "b=4", ...]`` -> a shape: numbers (≥ 0, finite) for every parameter except
     the catalog's named ones (``role``, ``stage``, ...); each problem is one clear error."""
@@ -233,6 +238,8 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
             raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
         if not np.isfinite(num) or num < 0:
             raise OpatlasError(f"--shape {item!r}: {k} must be a finite number >= 0")
+        if num == 0 and k in _SIZES:
+            raise OpatlasError(f"--shape {item!r}: {k} is a size or a split, it must be > 0")
         params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
     return params
 

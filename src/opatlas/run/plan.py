@@ -18,11 +18,12 @@ import numpy as np
 
 from opatlas.spec import SweepSpec
 from opatlas.store import Store
+from opatlas.store.db import FINAL_STATUSES
 from opatlas.store.keys import KEY_DTYPE, contains, vector_keys
 from opatlas.sweep import Vector, VectorStream, vector_id
 from opatlas.sweep.expand import DEFAULT_BATCH
 
-RESUMABLE = ("ok", "invalid")  # what --retry-failed keeps; every other status runs again
+RESUMABLE = FINAL_STATUSES  # what --retry-failed keeps; every other status runs again
 
 
 def sweep_id(spec: SweepSpec) -> str:

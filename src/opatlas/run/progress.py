@@ -1,4 +1,5 @@
-"""Progress on long work: a rich bar on a terminal, a log line every N vectors otherwise."""
+"""Progress on long work: a rich bar on a terminal, otherwise a log line every N vectors or
+every ``LOG_SECONDS``, whichever comes first (slow vectors never leave a log silent)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def format_eta(seconds: float) -> str:
     return f"{d}d{h}h{m:02d}m{s:02d}s" if d else f"{h}h{m:02d}m{s:02d}s"
 
 
+LOG_SECONDS = 30.0
+
+
 class Progress:
     def __init__(self, total: int, *, label: str, interactive: bool | None = None,
                  log_every: int = 100, stream: TextIO | None = None) -> None:
@@ -27,6 +31,7 @@ class Progress:
         self._next_log = self.log_every
         self.status: Counter[str] = Counter()
         self.t0 = time.monotonic()
+        self._last_log = self.t0
         self._bar: Any = None
         self._task: Any = None
 
@@ -73,8 +78,10 @@ class Progress:
             stat = f"{stat} | {self.detail}"
         if self._bar is not None:
             self._bar.update(self._task, advance=count, rate=self.rate(), stat=stat)
-        elif self.done >= self._next_log or self.done == self.total:
+        elif self.done >= self._next_log or self.done == self.total or \
+                time.monotonic() - self._last_log >= LOG_SECONDS:
             self._next_log = (self.done // self.log_every + 1) * self.log_every
+            self._last_log = time.monotonic()
             rate = self.rate()
             eta = (self.total - self.done) / rate if rate else 0.0
             pct = 100.0 * self.done / self.total if self.total else 100.0

@@ -150,3 +150,11 @@ def _check_op(spec: SweepSpec, file: str) -> None:
     if missing:
         raise SpecError(f"op '{op.name}' needs parameter(s) {missing}, which the spec "
                         f"does not give", file=file, key="params", value=sorted(provided))
+    unused = sorted(set(spec.param_names()) - set(op.params) - set(op.defaults) - {"dtype"})
+    if unused and not op.accepts_extra:
+        import warnings
+
+        warnings.warn(f"{file}: op '{op.name}' takes no parameter {', '.join(unused)}: each "
+                      f"of its values repeats the same measurement under another vector "
+                      f"(it takes {', '.join([*op.params, *op.defaults])})", UserWarning,
+                      stacklevel=2)

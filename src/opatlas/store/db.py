@@ -116,6 +116,9 @@ def parse_size(text: str, what: str = "size") -> int:
 _VECTOR_COLUMNS = ("sweep_id", "vector_id", "idx", "op", "params_json", "valid", "reason")
 VECTOR_KEY = ("sweep_id", "vector_id")
 RESULT_KEY = ("vector_id", "pass", "backend", "device", "dtype")
+# statuses that are a vector's answer; any other (error, oom, timeout, crash) is a failure
+# that a later row of the same key replaces (--retry-failed, an import of a rerun)
+FINAL_STATUSES = ("ok", "invalid")
 _ORDER = "_order"  # a batch's row order: within a batch too, the first row of a key wins
 
 
@@ -156,6 +159,17 @@ def _insert_new_sql(table: str, columns: Sequence[str], key: Sequence[str], batc
         f"WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.key_hash = n.key_hash AND {same})")
 
 
+def _replace_failed_sql(table: str, key: Sequence[str], batch: str) -> str:
+    """Delete the failed rows of ``table`` that a newer row of ``batch`` has the key of (the
+    same rows imported twice replace nothing)."""
+    final = ", ".join(f"'{x}'" for x in FINAL_STATUSES)
+    same = " AND ".join(f'{table}."{c}" = n."{c}"' for c in key)
+    return (f"DELETE FROM {table} WHERE status NOT IN ({final}) "
+            f"AND key_hash IN (SELECT {key_hash_sql(key)} FROM {batch}) "
+            f"AND EXISTS (SELECT 1 FROM {batch} n WHERE {same} "
+            f"AND n.created_at > {table}.created_at)")
+
+
 def _vector_frame(sweep_id: str, vectors: Sequence[Vector],
                   invalid: Sequence[tuple[Vector, str]]) -> pd.DataFrame:
     """Rows of the ``vectors`` table: valid vectors, then invalid ones with their reasons."""
@@ -191,6 +205,9 @@ class Store:
         self.path = Path(path)
         self.memory_limit: int | None = None  # bytes, when set by limit_memory
         self.schema_version = SCHEMA_VERSION  # 1 for a schema-1 store opened read-only
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a folder; a store is a DuckDB file (e.g. "
+                             f"{self.path / 'opatlas.duckdb'})")
         if self.path.exists() and self.path.stat().st_size > 0 and not _looks_like_duckdb(self.path):
             raise StoreError(f"{self.path} is not a DuckDB file; refusing to open it "
                              f"(it was left untouched)")
@@ -300,8 +317,9 @@ class Store:
                         _new_vectors=_vector_frame(sweep_id, vectors, invalid))
 
     def add_results(self, rows: Iterable[ResultRow]) -> int:
-        """Insert rows in one transaction; rows already present are ignored. Returns the count
-        actually inserted."""
+        """Insert rows in one transaction; rows whose key is recorded already are ignored,
+        except that a newer row replaces a failed one (status not in ``FINAL_STATUSES``): a
+        vector run again after an error keeps its new outcome. Returns the count inserted."""
         df = pd.DataFrame([r.as_tuple() for r in rows], columns=list(RESULT_COLUMNS))
         if df.empty:
             return 0
@@ -309,17 +327,25 @@ class Store:
 
     def _insert_results_df(self, df: pd.DataFrame) -> int:
         batch = df[list(RESULT_COLUMNS)].assign(**{_ORDER: np.arange(len(df))})
-        return self._write(lambda: self._insert_new("results", "_new_results"),
-                           _new_results=batch)
+
+        def replace_failed_then_insert() -> int:
+            self._check_writable()
+            self.con.execute(_replace_failed_sql("results", RESULT_KEY, "_new_results"))
+            return self._insert_new("results", "_new_results")
+
+        return self._write(replace_failed_then_insert, _new_results=batch)
 
     def _insert_new(self, table: str, batch: str) -> int:
         """Insert the rows of the registered frame ``batch`` whose keys ``table`` lacks
         (:func:`_insert_new_sql`); returns the count inserted."""
+        self._check_writable()
+        columns, key, _ = _TABLES[table]
+        return int(self._scalar(_insert_new_sql(table, columns, key, batch)))
+
+    def _check_writable(self) -> None:
         if self.schema_version != SCHEMA_VERSION:
             raise StoreError(f"store {self.path} has schema {self.schema_version}: opened "
                              f"read-only, it cannot be written")
-        columns, key, _ = _TABLES[table]
-        return int(self._scalar(_insert_new_sql(table, columns, key, batch)))
 
     def _write(self, fn: Callable[[], T], **views: pd.DataFrame) -> T:
         """``fn`` in one transaction, with ``views`` registered (by name) around it. When DuckDB
@@ -390,6 +416,12 @@ class Store:
             sql += f" AND status IN ({', '.join('?' * len(statuses))})"
             args += list(statuses)
         return {r[0] for r in self.con.execute(sql, args).fetchall()}
+
+    def ops(self) -> list[str]:
+        """The ops the results table holds, sorted."""
+        rows = self._with_memory(
+            lambda: self.con.execute("SELECT DISTINCT op FROM results ORDER BY op").fetchall())
+        return [r[0] for r in rows]
 
     def done_keys(self, backend: str, device: str, statuses: Sequence[str] | None = None
                   ) -> np.ndarray:
@@ -462,11 +494,7 @@ class Store:
 
     def import_results(self, path: str | os.PathLike[str]) -> int:
         """Read results exported by :meth:`export` (Parquet or CSV); returns rows added."""
-        path = Path(path)
-        try:
-            df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-        except Exception as exc:  # pyarrow/pandas raise many types
-            raise StoreError(f"cannot read {path}: {exc}") from None
+        df = read_exported(Path(path))
         missing = [c for c in RESULT_COLUMNS if c not in df.columns]
         if missing:
             raise StoreError(f"{path} lacks result column(s) {missing}")
@@ -474,6 +502,24 @@ class Store:
         for col in ("message", "versions_json"):  # CSV reads empty strings back as missing
             df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
         return self._insert_results_df(df)
+
+
+def read_exported(path: Path) -> pd.DataFrame:
+    """A results table exported by ``opatlas results`` (.parquet, .csv or .json)."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file" + (" (a folder)" if path.is_dir() else ""))
+    if _looks_like_duckdb(path):
+        raise StoreError(f"{path} is a store, not an export: export it first (opatlas results "
+                         f"--store {path} --format parquet --out part.parquet)")
+    readers = {".parquet": pd.read_parquet, ".json": lambda p: pd.read_json(p, orient="records"),
+               ".csv": pd.read_csv}
+    if path.suffix.lower() not in readers:
+        raise StoreError(f"{path}: expected a .parquet, .csv or .json file written by "
+                         f"opatlas results")
+    try:
+        return readers[path.suffix.lower()](path)
+    except Exception as exc:  # pyarrow/pandas raise many types
+        raise StoreError(f"cannot read {path} as {path.suffix.lower()[1:]}: {exc}") from None
 
 
 def expand_param_columns(df: pd.DataFrame) -> pd.DataFrame:

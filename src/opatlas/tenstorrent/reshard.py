@@ -8,6 +8,7 @@ suite per (input grid, output grid, dtype), suites over 1,600 vectors downsample
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,9 +32,27 @@ def grid_name(x: int, y: int) -> str:
     return f"{x}x{y}"
 
 
+_GRID_TEXT = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
+
+
 def parse_grid(s: str) -> tuple[int, int]:
-    x, _, y = str(s).partition("x")
-    return int(x), int(y)
+    """``"XxY"`` → ``(x, y)``; a ValueError naming the text unless both are positive integers
+    (a zero side would divide by zero in the tiling rules)."""
+    m = _GRID_TEXT.fullmatch(str(s))
+    x, y = (int(m[1]), int(m[2])) if m else (0, 0)
+    if x < 1 or y < 1:
+        raise ValueError(f"grid {str(s)!r} is not XxY with two positive integers (e.g. 7x1)")
+    return x, y
+
+
+def parse_strategy(s: str) -> str:
+    """A shard strategy exactly as the sweep names it; a ValueError naming the text and the
+    known ones otherwise (lower case included: the CLI does not guess)."""
+    if s in STRATEGIES:
+        return s
+    hint = f"; did you mean {str(s).upper()}?" if str(s).upper() in STRATEGIES else ""
+    raise ValueError(f"unknown shard strategy {s!r}; expected one of {', '.join(STRATEGIES)}"
+                     + hint)
 
 
 def is_tilable(ht: np.ndarray | int, wt: np.ndarray | int, x: int, y: int, strategy: str) -> Any:

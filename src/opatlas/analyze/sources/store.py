@@ -65,18 +65,25 @@ def read(path: Path, options: ReadOptions) -> Analysis:
         if res.empty:
             raise OpatlasError(f"{path}: the store has no measurements for device {device!r}; "
                                f"it has {', '.join(have)}")
-    parts, notes = [], []
+    parts, notes, said, onchip = [], [], [], {}
     for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
-        parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes, options.models))
+        parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes, options.models,
+                                  said, onchip))
     rows = pd.concat(parts, ignore_index=True)
-    if notes and options.strict:
+    if notes and options.strict:  # a missing prediction is a fallback: an error under --strict
         raise OpatlasError(f"{path}: {notes[0]} (--strict)")
-    return Analysis(Source(kind="store", path=str(path)), _summary(rows, res, notes), rows,
-                    list(COLUMNS), "device")
+    # ``said``: what the device itself lacks (an on-chip size, for the Orojenesis bound), as
+    # the empirical roofline it comes with: a note, not a fallback --strict refuses
+    return Analysis(Source(kind="store", path=str(path)), _summary(rows, res, said + notes,
+                                                                  max(onchip.values())),
+                    rows, list(COLUMNS), "device")
 
 
 def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str],
-                 models: Path | None = None) -> pd.DataFrame:
+                 models: Path | None = None, said: list[str] | None = None,
+                 onchip: dict[str, float] | None = None) -> pd.DataFrame:
+    """``notes``: fallbacks (--strict refuses them); ``said``: what the device lacks;
+    ``onchip``: device -> its on-chip bytes (0: not known)."""
     from opatlas.fit.data import data_device
     from opatlas.ops.base import dtype_bytes
 
@@ -117,6 +124,14 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
                                                           notes)
         _gemms(rows, idx, op, pass_, sub, dtype)
     rows["error"] = (rows["predicted_time_s"] - rows["time_s"]) / rows["time_s"]
+    if onchip is not None:
+        onchip[device_name] = max(onchip.get(device_name, 0.0), float(peaks.onchip_bytes))
+    msg = (f"{device_name}: no Orojenesis bound (oro bytes, oro time): the size of its "
+           f"on-chip buffer is not known (a device outside the catalog, described by its own "
+           f"data); the GEMMs' bound is the roofline alone")
+    if peaks.onchip_bytes <= 0 and rows["gemms"].notna().any() and said is not None \
+            and msg not in said:
+        said.append(msg)
     out = explain(rows.assign(limiter=None), peaks)
     out["device_peak_flops_s"], out["device_peak_bytes_s"] = peaks.flops_s, peaks.bytes_s
     return out
@@ -175,12 +190,14 @@ def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFra
             rows.at[i, "gemm"] = list(g)
 
 
-def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str]) -> dict[str, Any]:
+def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: float = 0.0
+             ) -> dict[str, Any]:
     devices = sorted(res["device"].unique())
     err = rows["error"].abs()
     out: dict[str, Any] = {
         "title": f"{len(rows)} measurements on {', '.join(devices)}",
-        "total_time_s": float(rows["time_s"].sum()), "measurements": len(rows),
+        "total_time_s": float(rows["time_s"].sum()), "total_time_label": "measured (sum)",
+        "measurements": len(rows),
         "devices": devices, "notes": notes,
         "utilization": float(np.nanmedian(rows["util_compute"])) if len(rows) else None,
         "utilization_label": "median FLOP util"}
@@ -191,6 +208,7 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str]) -> dict[st
         out["device"] = devices[0]
         out["peak_flops_s"] = float(rows["device_peak_flops_s"].iloc[0])
         out["peak_bytes_s"] = float(rows["device_peak_bytes_s"].iloc[0])
+        out["onchip_bytes"] = onchip if onchip > 0 else None  # None: not known
     return out
 
 

@@ -68,6 +68,7 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     peaks, notes = _peaks(doc, rows, options)
     analysed = explain(rows.drop(columns=["word"]), peaks, busy)
     summary = {"title": f"profiler trace {path.name}", "total_time_s": busy, "busy_time_s": busy,
+               "total_time_label": "busy time",
                "time_basis": mode, "events": len(ops) + len(kernels) + len(runtime),
                "device": peaks.name, "peak_flops_s": peaks.flops_s, "peak_bytes_s": peaks.bytes_s,
                "onchip_bytes": peaks.onchip_bytes, "word_bytes": peaks.word_bytes,

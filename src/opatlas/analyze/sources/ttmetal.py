@@ -177,7 +177,7 @@ def _summary(tpr: Any, tm: Any, rep: Any, frame: pd.DataFrame) -> dict[str, Any]
             "signposts": len(rep.signposts), "devices": rep.devices,
             "tt_perf_report": tm.tt_perf_report_version(),
             "ops": len(frame),
-            "device_time_s": merged["device_time_us"] / 1e6,
+            "device_time_s": merged["device_time_us"] / 1e6, "total_time_label": "device time",
             "op_to_op_gap_s": merged["op_to_op_gap_us"] / 1e6,
             "merged": merged, "per_device": per_device,
             "by_op_code": by_op_code(frame), "top_ops": top_ops(frame),
