@@ -241,3 +241,20 @@ def test_linear_groups_held_out_metrics_and_generic_columns(tmp_path):
     assert (tmp_path / "models.heldout.csv").exists()
     bad = run_cli("fit", "--data", str(src), "--recipe", "reshard")
     assert bad.returncode == 2 and "in_grid" in bad.stderr and "--group-by" in bad.stderr
+
+
+def test_small_fits_run_on_one_thread_and_give_the_same_trees():
+    """A fit below SMALL_FIT_ROWS takes one thread (no OpenMP barriers to stall on a busy
+    machine); LightGBM's trees do not depend on it, so nothing cached changes."""
+    import lightgbm as lgb
+
+    from opatlas.fit.recipes import GBM_PARAMS, SMALL_FIT_ROWS, gbm_params
+
+    assert gbm_params(SMALL_FIT_ROWS - 1)["n_jobs"] == 1
+    assert gbm_params(SMALL_FIT_ROWS)["n_jobs"] == GBM_PARAMS["n_jobs"] == 2
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.uniform(1, 100, size=(600, 3)), columns=["a", "b", "c"])
+    y = np.log(X["a"] * X["b"] + rng.normal(0, 1, 600) ** 2)
+    preds = [lgb.LGBMRegressor(**{**GBM_PARAMS, "n_jobs": n}, n_estimators=200).fit(X, y)
+             .predict(X) for n in (1, 2)]
+    np.testing.assert_array_equal(preds[0], preds[1])

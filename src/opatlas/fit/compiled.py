@@ -170,7 +170,8 @@ def _kernel():
 def predict_raw(booster: Any, compiled: CompiledTrees | None, X: np.ndarray) -> np.ndarray:
     """``booster.predict(X)`` (raw score), through the compiled trees when they apply."""
     if compiled is None or len(X) < MIN_ROWS or np.isnan(X).any():
-        return booster.predict(X)
+        small = {"num_threads": 1} if len(X) < MIN_ROWS else {}  # no barrier to wait at
+        return booster.predict(X, **small)
     try:
         return compiled.predict(X)
     except ImportError:  # Numba missing or broken on this platform: LightGBM is still exact

@@ -39,6 +39,19 @@ RECIPE_REVISION = "3"
 GBM_PARAMS = {"learning_rate": 0.04, "num_leaves": 31,
               "min_child_samples": 3, "objective": "l1", "subsample": 0.8, "subsample_freq": 1,
               "colsample_bytree": 0.8, "random_state": 42, "n_jobs": 2, "verbose": -1}
+# Threads: two for the bundled datasets (10^3-10^4 rows), one below SMALL_FIT_ROWS. A small
+# fit is all barriers and little work, and on a busy machine each barrier of LightGBM's OpenMP
+# threads waits a scheduler slice for the descheduled one: the demo's fits on a few dozen
+# rows went from 12 s to 60-110 s of wall time beside two CPU hogs. One thread gives the same
+# trees (LightGBM's results do not depend on the thread count here; tested).
+SMALL_FIT_ROWS = 1000
+
+
+def gbm_params(rows: int) -> dict:
+    """``GBM_PARAMS`` with the thread count for a fit on ``rows`` rows."""
+    return {**GBM_PARAMS, "n_jobs": 1 if rows < SMALL_FIT_ROWS else GBM_PARAMS["n_jobs"]}
+
+
 # The number of trees is chosen per model: early stopping on a seeded validation share of the
 # training rows, then a refit on all of them with proportionally more trees. Noisy ops (flash
 # attention, softmax) stop at ~200 trees instead of fitting noise with 1,000; smooth ones
@@ -123,7 +136,8 @@ class OpModel:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             n_trees = _tree_count(X, target)
-            self.model = lgb.LGBMRegressor(**GBM_PARAMS, n_estimators=n_trees).fit(X, target)
+            self.model = lgb.LGBMRegressor(**gbm_params(len(X)), n_estimators=n_trees).fit(
+                X, target)
         self._compiled()  # compiled once here, so it is saved with the model
         return self
 
@@ -222,7 +236,7 @@ def _tree_count(X: pd.DataFrame, target: np.ndarray) -> int:
     perm = np.random.default_rng(GBM_PARAMS["random_state"]).permutation(n)
     k = max(1, int(n * VALIDATION_SHARE))
     val, fit = perm[:k], perm[k:]
-    probe = lgb.LGBMRegressor(**GBM_PARAMS, n_estimators=MAX_TREES).fit(
+    probe = lgb.LGBMRegressor(**gbm_params(len(fit)), n_estimators=MAX_TREES).fit(
         X.iloc[fit], target[fit], eval_X=(X.iloc[val],), eval_y=(target[val],), eval_metric="l1",
         callbacks=[lgb.early_stopping(PATIENCE, verbose=False)])
     return max(MIN_TREES, round(probe.best_iteration_ * REFIT_SCALE))
