@@ -295,3 +295,11 @@ def test_estimate_engine_errors_are_opatlas_errors(tmp_path):
     strict = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
     with pytest.raises(OpatlasError):
         estimate_step(strict)
+
+
+def test_a_fractional_size_in_a_spec_is_refused(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yml", {"op": "linear", "params": {
+        "role": ["qkv"], "mp": [1], "b": [1], "l": {"start": 128, "step": 0.5, "end": 130},
+        "dim": [512]}})
+    one_error(*cli_in_process(capsys, "sweep", "expand", str(spec))[::2], "params.l", "128.5",
+              "whole number")

@@ -208,14 +208,10 @@ class Predictor:
         return model.predict(take(table, first))[codes]
 
 
-# parameters that count something every op has at least one of (a zero is no work, or a
-# division by zero); counts that may be zero (the optimizer stages' encoders) are not here
-_SIZES = frozenset({"mp", "b", "h", "l", "dim", "ffn", "vocab", "kv_heads", "heads"})
-
-
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     """``["mp=2", "b=4", ...]`` -> a shape: numbers (≥ 0, finite) for every parameter except
     the catalog's named ones (``role``, ``stage``, ...); each problem is one clear error."""
+    from opatlas.ops.base import SIZE_PARAMS
     from opatlas.ops.registry import get_op
 
     try:
@@ -238,7 +234,7 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
             raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
         if not np.isfinite(num) or num < 0:
             raise OpatlasError(f"--shape {item!r}: {k} must be a finite number >= 0")
-        if num == 0 and k in _SIZES:
+        if num == 0 and k in SIZE_PARAMS:  # no work, or a division by zero
             raise OpatlasError(f"--shape {item!r}: {k} is a size or a split, it must be > 0")
         params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
     return params

@@ -150,6 +150,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
     if missing:
         raise SpecError(f"op '{op.name}' needs parameter(s) {missing}, which the spec "
                         f"does not give", file=file, key="params", value=sorted(provided))
+    _check_sizes(spec, file)
     unused = sorted(set(spec.param_names()) - set(op.params) - set(op.defaults) - {"dtype"})
     if unused and not op.accepts_extra:
         import warnings
@@ -158,3 +159,20 @@ def _check_op(spec: SweepSpec, file: str) -> None:
                       f"of its values repeats the same measurement under another vector "
                       f"(it takes {', '.join([*op.params, *op.defaults])})", UserWarning,
                       stacklevel=2)
+
+
+def _check_sizes(spec: SweepSpec, file: str) -> None:
+    """Sizes and splits (``SIZE_PARAMS``) are whole numbers >= 1: an op would truncate 128.5
+    to 128 and store the same work under another vector."""
+    from opatlas.ops.base import SIZE_PARAMS
+
+    for key, values in spec.axes():
+        for value in values:
+            named = value.items() if isinstance(value, Mapping) else [(key, value)]
+            for name, v in named:
+                whole = isinstance(v, int | float) and not isinstance(v, bool) and \
+                    float(v).is_integer() and v >= 1
+                if name in SIZE_PARAMS and not whole:
+                    raise SpecError("a size or split must be a whole number >= 1 (check the "
+                                    "range's start and step)", file=file,
+                                    key=f"params.{key}", value=v)
