@@ -12,6 +12,7 @@ from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
     from opatlas.run import RunSummary
+    from opatlas.spec import SweepSpec
 
 
 def run(
@@ -160,8 +161,8 @@ def node_lines(summary: RunSummary) -> list[str]:
     return lines
 
 
-def _check_before_store(spec, where: str | None, executor: str, backend: str,
-                        options: dict) -> None:
+def _check_before_store(spec: SweepSpec, where: str | None, executor: str, backend: str,
+                        options: dict[str, str]) -> None:
     """Refuse a bad ``--where`` or backend option before the store is created or written:
     a command that fails leaves nothing behind. The backend is only built here for the
     local executor (remote workers may have devices this machine lacks)."""
