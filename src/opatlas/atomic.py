@@ -40,6 +40,16 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
 
 def _umask() -> int:
+    """The process's current umask. Linux says it in /proc; elsewhere it is read by setting
+    it for an instant (racy with another thread creating a file at that moment, so only
+    where /proc cannot tell)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
