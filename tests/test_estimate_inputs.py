@@ -99,7 +99,6 @@ def test_model_hf_in_a_yaml_with_explicit_fields_winning(tmp_path):
      "multi-head latent attention"),
     ({"model_type": "bert"}, "model_type", "unsupported architecture"),
     ({"model_type": "llama", "hidden_size": None}, "hidden_size", "missing"),
-    ({"model_type": "qwen3", "head_dim": 256}, "head_dim", "differs from hidden_size"),
     ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window", "sliding-window"),
 ])
 def test_unsupported_hf_configs_are_refused_naming_the_field(tmp_path, extra, key, message):

@@ -48,7 +48,7 @@ def test_predict_missing_parameters_is_one_clear_line():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "opatlas: error: op 'linear1' takes shape parameters b, dim, l, mp (optional: ffn, "
-        "vocab, h, kv_heads); missing b, dim, l"]
+        "vocab, h, kv_heads, head_dim); missing b, dim, l"]
 
 
 def test_predict_unknown_parameter_and_bad_values():

@@ -23,6 +23,10 @@ class ModelConfig(_Strict):
     hidden: int = Field(gt=0)
     heads: int = Field(gt=0)
     kv_heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(
+        default=None, gt=0, description="width of one attention head; hidden / heads unless "
+                                        "given (Qwen3, Gemma: heads · head_dim may differ from "
+                                        "hidden)")
     ffn: int | None = Field(default=None, gt=0)
     ffn_kind: Literal["gelu", "swiglu"] = "gelu"
     vocab: int = Field(default=50257, gt=0)
@@ -44,8 +48,9 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} "
+                             f"(give model.head_dim when heads · head_dim differs from hidden)")
         if self.heads % self.kv:
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv}")
         if self.experts and not 0 < self.top_k <= self.experts:
@@ -55,6 +60,22 @@ class ModelConfig(_Strict):
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def hd(self) -> int:
+        """The width of one attention head."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def attn_width(self) -> int:
+        """The width of all query heads (the attention output projection's input)."""
+        return self.heads * self.hd
+
+    @property
+    def head_dim_shape(self) -> dict[str, int]:
+        """``{"head_dim": ...}`` for op shapes when the heads' width is not hidden / heads, so
+        standard models keep the shape parameters their op data was measured with."""
+        return {"head_dim": self.hd} if self.attn_width != self.hidden else {}
 
     @property
     def ffn_width(self) -> int:

@@ -114,7 +114,7 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
         (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), *attention_ops(m),
         ("linear2", {}, 1), ("res_add", {}, 2)]
     if m.rope:
-        ops += [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * (m.hidden // m.heads)}, 1)]
+        ops += [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * m.hd}, 1)]
     f = m.ffn_width
     if m.experts:
         ops.append(("moe", {"experts": m.experts, "top_k": m.top_k, "ffn": f,
@@ -133,7 +133,7 @@ def _shapes(cfgs: list[TrainConfig], extra: dict[str, Any],
         m, p = c.model, c.parallel
         seq = m.seq_len // p.tp if (seq_split and p.sequence_parallel) else m.seq_len
         rows.append({"mp": p.tp, "b": c.training.micro_batch, "h": m.heads, "l": seq,
-                     "dim": m.hidden, **extra})
+                     "dim": m.hidden, **m.head_dim_shape, **extra})
     return as_columns(rows), rows
 
 

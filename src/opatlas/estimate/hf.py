@@ -7,8 +7,9 @@ LayerNorm, RoPE or learned positions, biases, and the default of ``tie_word_embe
 read, which defaults it assumed and which fields it left unused, so a caller can say so.
 
 Refused rather than estimated wrongly: unknown architectures, multi-head latent attention
-(DeepSeek-V2/V3), a head dimension other than hidden/heads, sliding-window attention shorter
-than the sequence, and MoE models that mix dense and expert layers.
+(DeepSeek-V2/V3), sliding-window attention shorter than the sequence, and MoE models that mix
+dense and expert layers. A ``head_dim`` (Qwen3, Gemma) is taken as the heads' width, which
+need not be hidden/heads.
 """
 
 from __future__ import annotations
@@ -182,14 +183,12 @@ def _family(data: dict[str, Any], file: str) -> tuple[str, Family]:
     return model_type, FAMILIES[model_type]
 
 
-def _attention(r: _Reader, hidden: int, heads: int) -> None:
-    if r.data.get("head_dim") is not None:
-        head_dim = r.int("head_dim")
-        if head_dim * heads != hidden:
-            raise SpecError(f"head_dim · num_attention_heads = {head_dim * heads} differs from "
-                            f"hidden_size {hidden}; opatlas models attention with "
-                            f"hidden_size / heads per head", file=r.file, key="head_dim",
-                            value=head_dim)
+def _attention(r: _Reader) -> dict[str, int]:
+    """``head_dim`` where the config gives one (Qwen3, Gemma: heads · head_dim may differ from
+    hidden_size)."""
+    if r.data.get("head_dim") is None:
+        return {}
+    return {"head_dim": r.int("head_dim")}
 
 
 def _sliding_window(r: _Reader, seq_len: int) -> None:
@@ -230,7 +229,7 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     layers = r.int("num_hidden_layers")
     kv = r.int("num_key_value_heads", heads, "multi-head attention: one KV head per head") \
         if fam.gqa else heads
-    _attention(r, hidden, heads)
+    head_dim = _attention(r)
     if fam.moe is not None and fam.expert_ffn != "intermediate_size":
         ffn = r.int(fam.expert_ffn, why="the experts' FFN width")
     elif fam.gated:
@@ -264,6 +263,6 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
               "ffn_kind": "swiglu" if fam.gated else "gelu", "vocab": vocab,
               "seq_len": seq_len, "norm": fam.norm, "rope": fam.rope,
               "learned_positions": not fam.rope, "bias": bias, "tied_embeddings": tied,
-              **_experts(r, fam)}
+              **head_dim, **_experts(r, fam)}
     read = list(dict.fromkeys(r.read))
     return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read))

@@ -189,10 +189,7 @@ def _shape(a: _Args, notes: list[str]) -> dict[str, Any]:
         raise SpecError("missing: the number of layers", file=a.label, key="--num-layers")
     hidden = a.required("hidden-size", "the hidden size")
     heads = a.required("num-attention-heads", "the number of attention heads")
-    kv_channels = a.int("kv-channels")
-    if kv_channels is not None and kv_channels * heads != hidden:
-        raise a.refuse("kv-channels", f"a head dimension of {kv_channels} other than "
-                                      f"hidden/heads = {hidden / heads:g} is not modelled")
+    head_dim = a.int("kv-channels")  # Megatron-LM's name for the width of one head
     seq_len = a.int("seq-length", "encoder-seq-length")
     if seq_len is None:
         raise SpecError("missing: the sequence length", file=a.label, key="--seq-length")
@@ -205,7 +202,7 @@ def _shape(a: _Args, notes: list[str]) -> dict[str, Any]:
             notes.append("--num-query-groups without --group-query-attention: Megatron-LM "
                          "ignores it (multi-head attention)")
     return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
-            "seq_len": seq_len}
+            "seq_len": seq_len, **({"head_dim": head_dim} if head_dim is not None else {})}
 
 
 def _ffn(a: _Args, hidden: int, notes: list[str]) -> dict[str, Any]:

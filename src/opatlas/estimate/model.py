@@ -6,10 +6,9 @@ from opatlas.estimate.config import ModelConfig
 
 
 def attention_params(m: ModelConfig) -> int:
-    d, hd = m.hidden, m.hidden // m.heads
-    kv_dim = m.kv * hd
-    weights = d * d + 2 * d * kv_dim + d * d  # q, k, v, out
-    return weights + ((d + 2 * kv_dim + d) if m.bias else 0)
+    d, q, kv_dim = m.hidden, m.attn_width, m.kv * m.hd
+    weights = d * q + 2 * d * kv_dim + q * d  # q, k, v, out
+    return weights + ((q + 2 * kv_dim + d) if m.bias else 0)
 
 
 def mlp_params(m: ModelConfig) -> int:
@@ -55,6 +54,7 @@ def active_layer_params(m: ModelConfig) -> int:
 
 def model_flops_per_token(m: ModelConfig) -> float:
     """Training FLOPs per token without recomputation: 6·(active weights) for the matmuls plus
-    causal attention scores and values, 6·L·s·d (forward 2·L·s·d halved by causality, ×3)."""
+    causal attention scores and values, 6·L·s·q (forward 2·L·s·q halved by causality, ×3; q
+    the query heads' width, the hidden size unless ``head_dim`` says otherwise)."""
     matmul = m.layers * (active_layer_params(m) - 2 * norm_params(m)) + m.vocab * m.hidden
-    return 6.0 * matmul + 6.0 * m.layers * m.seq_len * m.hidden
+    return 6.0 * matmul + 6.0 * m.layers * m.seq_len * m.attn_width

@@ -11,7 +11,8 @@ import numpy as np
 from opatlas.errors import InvalidShape
 
 # shape parameters that count something (sizes and splits): whole numbers, at least 1
-SIZE_PARAMS = frozenset({"mp", "b", "h", "l", "dim", "ffn", "vocab", "kv_heads", "heads"})
+SIZE_PARAMS = frozenset({"mp", "b", "h", "l", "dim", "ffn", "vocab", "kv_heads", "heads",
+                         "head_dim"})
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 

@@ -50,16 +50,26 @@ def padded_vocab(vocab: Any, mp: Any, multiple: int = 128) -> Any:
     return -(-vocab // unit) * unit
 
 
+def attention_widths(p: Mapping[str, Any]) -> tuple[int, int]:
+    """(query width, key/value width) of all heads: ``h·head_dim`` and ``kv_heads·head_dim``
+    where ``head_dim`` is given (Qwen3, Gemma: the heads' width need not be ``dim``), else
+    ``dim`` and ``dim·kv_heads/h`` (narrower with GQA); ``dim`` for both without ``h``."""
+    dim, kv, h, hd = I(p["dim"]), opt(p, "kv_heads"), opt(p, "h"), opt(p, "head_dim")
+    kv = pick(kv > 0, kv, h)
+    q = pick(hd > 0, h * hd, dim)
+    kv_dim = pick(hd > 0, kv * hd, pick(h > 0, dim * kv // pick(h > 0, h, 1), dim))
+    return q, kv_dim
+
+
 def linear_dims(p: Mapping[str, Any]) -> tuple[int, int, int]:
     """(tokens, in_features, out_features) of one tensor-parallel shard of a transformer linear."""
     mp, dim, role = I(p["mp"]), I(p["dim"]), p["role"]
     tokens = I(p["b"]) * I(p["l"])
     if role == "qkv":  # q, k, v; k and v narrower with GQA (kv_heads < h)
-        kv, h = opt(p, "kv_heads"), opt(p, "h")
-        kv_dim = pick((kv > 0) & (h > 0), dim * kv // pick(h > 0, h, 1), dim)
-        return tokens, dim, (dim + 2 * kv_dim) // mp
+        q, kv_dim = attention_widths(p)
+        return tokens, dim, (q + 2 * kv_dim) // mp
     if role == "out":
-        return tokens, dim // mp, dim
+        return tokens, attention_widths(p)[0] // mp, dim
     if role == "ffn_up":
         return tokens, dim, _ffn(p) // mp
     if role == "ffn_down":
@@ -75,12 +85,14 @@ class Linear(Op):
 
     name = "linear"
     params = ("b", "l", "dim")
-    defaults = {"mp": 1, "role": "qkv", "ffn": 0, "vocab": 50257, "h": 0, "kv_heads": 0}
+    defaults = {"mp": 1, "role": "qkv", "ffn": 0, "vocab": 50257, "h": 0, "kv_heads": 0,
+                "head_dim": 0}
     description = "transformer linear layer (roles qkv/out/ffn_up/ffn_down/vocab), one TP shard"
     rules = (
         Rule("role not one of " + "/".join(LINEAR_ROLES), lambda p: p["role"] in LINEAR_ROLES),
         Rule("dim % mp != 0", lambda p: p["dim"] % p["mp"] == 0),
         Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0),
+        Rule("head_dim needs h", lambda p: not p["head_dim"] or p["h"] > 0),
     )
 
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
@@ -112,15 +124,20 @@ class Linear(Op):
 def _heads_rules() -> tuple[Rule, ...]:
     return (
         Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),
-        Rule("dim % h != 0", lambda p: p["dim"] % p["h"] == 0),
+        Rule("dim % h != 0", lambda p: p.get("head_dim", 0) > 0 or p["dim"] % p["h"] == 0),
         Rule("dim % mp != 0", lambda p: p["dim"] % p["mp"] == 0),
     )
 
 
+def head_width(p: Mapping[str, Any]) -> int:
+    """Width of one attention head: ``head_dim`` where given, else ``dim/h``."""
+    hd = opt(p, "head_dim")
+    return pick(hd > 0, hd, I(p["dim"]) // I(p["h"]))
+
+
 def bmm_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """Attention-score BMM Q·Kᵀ of one shard: (batch=b·h/mp, M=l, K=dim/h, N=l)."""
-    return I(p["b"]) * I(p["h"]) // I(p["mp"]), I(p["l"]), I(p["dim"]) // I(p["h"]), \
-        I(p["l"])
+    """Attention-score BMM Q·Kᵀ of one shard: (batch=b·h/mp, M=l, K=head width, N=l)."""
+    return I(p["b"]) * I(p["h"]) // I(p["mp"]), I(p["l"]), head_width(p), I(p["l"])
 
 
 @register_op
@@ -129,7 +146,7 @@ class Bmm(Op):
 
     name = "bmm"
     params = ("b", "h", "l", "dim")
-    defaults = {"mp": 1}
+    defaults = {"mp": 1, "head_dim": 0}
     description = "attention-score batched matmul Q·Kᵀ per TP shard"
     rules = _heads_rules()
 
@@ -257,8 +274,8 @@ class Gelu(_Rowwise):
 
 
 def attention_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """(batch b, heads per shard h/mp, sequence l, head dim dim/h)."""
-    return I(p["b"]), I(p["h"]) // I(p["mp"]), I(p["l"]), I(p["dim"]) // I(p["h"])
+    """(batch b, heads per shard h/mp, sequence l, head width: head_dim or dim/h)."""
+    return I(p["b"]), I(p["h"]) // I(p["mp"]), I(p["l"]), head_width(p)
 
 
 def kv_heads(p: Mapping[str, Any]) -> int:
@@ -276,7 +293,7 @@ class FlashAttention(Op):
 
     name = "flash_attention"
     params = ("b", "h", "l", "dim")
-    defaults = {"mp": 1, "causal": 1, "kv_heads": 0, "impl": "auto"}
+    defaults = {"mp": 1, "causal": 1, "kv_heads": 0, "head_dim": 0, "impl": "auto"}
     description = "fused scaled-dot-product attention, MHA or GQA (flash backend where available)"
     rules = (*_heads_rules(),
              Rule("h % kv_heads != 0", lambda p: p["h"] % (p["kv_heads"] or p["h"]) == 0),

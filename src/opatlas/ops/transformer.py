@@ -126,7 +126,7 @@ class Rope(Op):
 
     name = "rope"
     params = ("b", "h", "l", "dim")
-    defaults = {"mp": 1}
+    defaults = {"mp": 1, "head_dim": 0}
     description = "rotary position embedding of q or k (one TP shard)"
     rules = _heads_rules()
 
@@ -262,7 +262,7 @@ class Baddbmm(Op):
 
     name = "baddbmm"
     params = ("b", "h", "l", "dim")
-    defaults = {"mp": 1}
+    defaults = {"mp": 1, "head_dim": 0}
     description = "scaled batched matmul for attention scores (Megatron style)"
     rules = _heads_rules()
 
