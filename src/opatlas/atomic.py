@@ -18,8 +18,15 @@ from pathlib import Path
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A fresh temporary path beside ``path``; what the block writes there replaces ``path``
-    when the block ends without an error (and is removed when it fails)."""
+    when the block ends without an error (and is removed when it fails). A symbolic link is
+    followed (its target is replaced, the link stays); a FIFO or a device such as
+    /dev/stdout is written in place, since it cannot be replaced."""
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file() and not path.is_dir():
+        yield path
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -32,10 +39,15 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """``data`` (text as UTF-8) as the whole content of ``path``."""
+def write_atomic(path: str | Path, data: str | bytes, option: str | None = None) -> Path:
+    """``data`` (text as UTF-8) as the whole content of ``path``. With ``option`` (a user's
+    output, named by its command-line option) a path that cannot be written is one clear
+    error, as :func:`write_output` gives."""
+    raw = data.encode() if isinstance(data, str) else data
+    if option is not None:
+        return write_output(path, lambda tmp: tmp.write_bytes(raw), option)
     with atomic_path(path) as tmp:
-        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        tmp.write_bytes(raw)
     return Path(path)
 
 
@@ -64,6 +76,9 @@ def write_output(path: str | Path, write: Callable[[Path], object], option: str 
     path = Path(path)
     if path.is_dir():
         raise OpatlasError(f"{option} {path}: is a folder; give a file name")
+    blocker = next((p for p in path.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise OpatlasError(f"{option} {path}: {blocker} is a file, not a folder")
     try:
         with atomic_path(path) as tmp:
             write(tmp)

@@ -39,13 +39,13 @@ def write_csv(analysis: Analysis, path: str | Path) -> Path:
     for col in rows.columns:
         if rows[col].map(lambda v: isinstance(v, dict | list)).any():
             rows[col] = rows[col].map(lambda v: json.dumps(v) if isinstance(v, dict | list) else v)
-    return write_atomic(path, rows.to_csv(index=False, quoting=csvlib.QUOTE_MINIMAL))
+    return write_atomic(path, rows.to_csv(index=False, quoting=csvlib.QUOTE_MINIMAL), "--csv")
 
 
 def write_html(analysis: Analysis, path: str | Path) -> Path:
     from opatlas.analyze.html import render
 
-    return write_atomic(path, render(analysis))
+    return write_atomic(path, render(analysis), "--html")
 
 
 def write_trace(analysis: Analysis, path: str | Path) -> Path:

@@ -97,7 +97,7 @@ class Analysis:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         doc = {"format": "opatlas-analysis", "version": FORMAT_VERSION, **self.to_json()}
-        return write_atomic(path, json.dumps(doc))  # a reader never sees half a file
+        return write_atomic(path, json.dumps(doc), "--save")  # a reader never sees half a file
 
     @classmethod
     def load(cls, path: str | Path) -> Analysis:

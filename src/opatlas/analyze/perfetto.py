@@ -60,4 +60,4 @@ def write_trace(est: Estimate, path: str | Path) -> Path:
                         "note": "every stage runs at the slowest stage's pace (the estimator's "
                                 "model); the ops shown are the slowest stage's"}}
     data = json.dumps(doc).encode()
-    return write_atomic(path, gzip.compress(data) if path.suffix == ".gz" else data)
+    return write_atomic(path, gzip.compress(data) if path.suffix == ".gz" else data, "--trace")

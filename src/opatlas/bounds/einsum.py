@@ -140,8 +140,18 @@ def from_index_string(spec: str, dims: dict[str, int], word_bytes: int = 1) -> E
     m = re.fullmatch(r"\s*([a-zA-Z,\s]+)->\s*([a-zA-Z]+)\s*", spec)
     if not m:
         raise ValueError(f"einsum {spec!r}: expected inputs '->' output, e.g. 'mk,kn->mn'")
-    inputs = [s.strip() for s in m.group(1).split(",") if s.strip()]
+    inputs = [s.strip() for s in m.group(1).split(",")]
     out = m.group(2)
+    if not all(inputs):
+        raise ValueError(f"einsum {spec!r}: an operand is empty (two commas, or a comma at an "
+                         f"end); every operand needs its ranks, e.g. 'mk,kn->mn'")
+    for operand in (*inputs, out):
+        if " " in operand or len(set(operand)) < len(operand):
+            repeated = sorted({c for c in operand if operand.count(c) > 1 and c != " "})
+            raise ValueError(f"einsum {spec!r}: operand {operand!r} "
+                             + (f"repeats rank(s) {', '.join(repeated)}: diagonals and traces "
+                                "are not data-movement problems this bound models"
+                                if repeated else "has a space inside"))
     letters = sorted(set("".join(inputs)) | set(out), key=("".join(inputs) + out).index)
     missing = [c for c in letters if c not in dims]
     if missing:

@@ -13,12 +13,15 @@ from opatlas.bounds.plots import plot_accel_sweep, plot_bar_ratios, plot_frontie
 from opatlas.bounds.problems import FIG12_LEGENDS, FIGURES
 
 
-def write_artifact_csv(f: Frontier, path: Path) -> Path:
+def write_artifact_csv(f: Frontier, path: Path, option: str = "--artifact-csv") -> Path:
     """The artifact's ``orojenesis.csv``: no header, its column order, ascending buffer."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        csv.writer(fh).writerows(f.artifact_rows())
-    return path
+    from opatlas.atomic import write_output
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as fh:
+            csv.writer(fh).writerows(f.artifact_rows())
+
+    return write_output(path, write, option)
 
 
 def fig10_legends() -> list[str]:

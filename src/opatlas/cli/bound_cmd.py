@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from opatlas.cli.common import checked_plot
+from opatlas.cli.common import checked_plot, checked_table
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
@@ -18,11 +19,21 @@ app = typer.Typer(help="Orojenesis data-movement bounds: minimum backing-store t
                        "every on-chip buffer size.", no_args_is_help=True)
 
 JsonOpt = typer.Option(False, "--json", help="Print the frontier as JSON.")
-CsvOpt = typer.Option(None, "--csv", help="Write the tidy frontier CSV (.csv or .parquet).")
-ArtCsvOpt = typer.Option(None, "--artifact-csv", help="Write the artifact's orojenesis.csv.")
+CsvOpt = typer.Option(None, "--csv", callback=checked_table,
+                      help="Write the tidy frontier (.csv, .csv.gz or .parquet).")
+ArtCsvOpt = typer.Option(None, "--artifact-csv", callback=checked_table,
+                         help="Write the artifact's orojenesis.csv.")
 PlotOpt = typer.Option(None, "--plot", callback=checked_plot,
                        help="Write the accesses-vs-buffer plot (.png/.pdf).")
-AtOpt = typer.Option(None, "--at", help="Print the bound at this buffer size (words).")
+def _checked_at(value: float | None) -> float | None:
+    """``--at``: a buffer size is a finite number of words, at least 1."""
+    if value is not None and not (math.isfinite(value) and value >= 1):
+        raise typer.BadParameter(f"{value} is not a buffer size; give a number of words >= 1")
+    return value
+
+
+AtOpt = typer.Option(None, "--at", callback=_checked_at,
+                     help="Print the bound at this buffer size (words).")
 WordOpt = typer.Option(1, "--word-bytes", min=1, help="Bytes per word (1 as the artifact).")
 ImperfectOpt = typer.Option(False, "--imperfect",
                             help="Also allow ceil (imperfect) tiles: beyond the artifact.")
@@ -33,16 +44,19 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
     from opatlas.bounds import frontier
     f = frontier(e, imperfect=imperfect)
     if csv is not None:
-        df = f.to_frame()
-        df.to_parquet(csv, index=False) if csv.suffix == ".parquet" else df.to_csv(csv, index=False)
+        from opatlas.tables import write_table
+
+        write_table(f.to_frame(), csv, "--csv")
     if artifact_csv is not None:
         from opatlas.bounds.figures import write_artifact_csv
 
-        write_artifact_csv(f, artifact_csv)
+        write_artifact_csv(f, artifact_csv, "--artifact-csv")
     if plot is not None:
         from opatlas.bounds.plots import plot_frontiers
 
-        plot_frontiers([f], plot, plot_min=True, y_end=float(f.buffer[-1]) * 10)
+        wb = e.word_bytes  # the plot is in bytes, as its axes say
+        plot_frontiers([f], plot, plot_min=True, y_end=float(f.buffer[-1]) * 10 * wb,
+                       coefficient=wb)
     if at is not None:
         value = f.lookup(at)
         if as_json:
@@ -109,13 +123,21 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., m
              at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
     """Bound of the artifact's grouped BMM: Inputs[H,M,K], Weights[G,K,N], Outputs[H,M,N].
 
+    The bound is the artifact's template's, whose loops run over H·G·M·K·N (every head with
+    every group's weights); OI is over the true compute, 2·H·M·K·N operations, as the
+    artifact's Fig. 14 takes it. H must be a multiple of G.
+
     Example:
 
         opatlas bound gbmm 4096 128 4096 --heads 32 --groups 4
     """
     from opatlas.bounds import gbmm
-    _emit(gbmm(M, K, N, heads, groups, word_bytes), as_json, csv, artifact_csv, plot, at,
-          imperfect)
+    from opatlas.bounds.problems import with_ops
+
+    if heads % groups:
+        raise OpatlasError(f"gbmm: {heads} heads do not split evenly into {groups} groups")
+    e = gbmm(M, K, N, heads, groups, word_bytes)
+    _emit(with_ops(e, 2 * heads * M * K * N), as_json, csv, artifact_csv, plot, at, imperfect)
 
 
 _CONV_OPTIONS = ("r", "s", "p", "q", "c", "k", "n", "wstride", "hstride", "wdilation",
@@ -157,9 +179,13 @@ def conv_cmd(ctx: typer.Context,
     from opatlas.bounds import conv
     from opatlas.bounds.einsum import parse_conv
 
-    if name and (given := _conv_options_given(ctx)):
+    given = _conv_options_given(ctx)
+    if name and given:
         raise OpatlasError(f"conv {name!r}: give the conv as NAME or as options, not both "
                            f"({', '.join(given)} would be ignored)")
+    if not name and not given:
+        raise OpatlasError("conv: no convolution given; name it (e.g. 3_3_16_16_64_64_1_1_1_1_1) "
+                           "or give its sizes (--r 3 --s 3 --p 16 --q 16 --c 64 --k 64)")
     try:
         e = parse_conv(name, word_bytes) if name else conv(
             r, s, p, q, c, k, n, wstride, hstride, wdilation, hdilation, word_bytes)
@@ -208,6 +234,17 @@ def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->
     _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
 
 
+def _mkn(spec: str) -> tuple[int, int, int]:
+    """``M,K,N`` of one GEMM of a chain: three whole numbers >= 1."""
+    try:
+        m, k, n = (int(x) for x in spec.split(","))
+    except ValueError:
+        raise ValueError(f"{spec!r} is not M,K,N (three whole numbers)") from None
+    if min(m, k, n) < 1:
+        raise ValueError(f"{spec!r}: every size must be >= 1")
+    return m, k, n
+
+
 @app.command("fusion")
 def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of each GEMM in order."),
                heads: int = typer.Option(1, "--heads", min=1),
@@ -221,7 +258,7 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
     from opatlas.bounds import fusion as fu
 
     try:
-        layers = [fu.GemmLayer(*map(int, spec.split(","))) for spec in layer]
+        layers = [fu.GemmLayer(*_mkn(spec)) for spec in layer]
         curves = [fu.unfused(layers, heads), fu.untiled_fusion(layers, heads),
                   fu.tiled_fusion(layers, heads)]
     except (ValueError, TypeError) as exc:
@@ -255,6 +292,9 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
     """
     from opatlas.bounds.figures import make_figures
 
+    if outdir.exists() and not outdir.is_dir():
+        raise OpatlasError(f"bound figures {outdir}: is a file; give a folder (it is made if "
+                           f"missing)")
     for path in make_figures(outdir):
         typer.echo(str(path))
 
@@ -305,8 +345,11 @@ def _kb_list(text: str) -> list[float]:
     except ValueError:
         raise OpatlasError(f"--buffer-sizes {text!r}: expected KB values separated by commas, "
                            "e.g. 0.125,1,8,64,512") from None
-    if not sizes or min(sizes) <= 0:
-        raise OpatlasError(f"--buffer-sizes {text!r}: give at least one positive size in KB")
+    if not sizes:
+        raise OpatlasError(f"--buffer-sizes {text!r}: give at least one size in KB")
+    if min(sizes) <= 0 or not all(map(math.isfinite, sizes)):
+        raise OpatlasError(f"--buffer-sizes {text!r}: every size must be a positive number of "
+                           f"KB")
     return sizes
 
 
@@ -330,7 +373,8 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
                   40, "--search-rounds", min=0,
                   help="Rounds of local search from each size's best mappings (0: none)."),
               plot: Path | None = PlotOpt, csv: Path | None = typer.Option(
-                  None, "--csv", help="Write every mapping (.csv or .parquet)."),
+                  None, "--csv", callback=checked_table,
+                  help="Write every mapping (.csv, .csv.gz or .parquet)."),
               as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
               strict: bool = typer.Option(False, "--strict",
                                           help="Fail if a size gets fewer valid mappings.")
@@ -360,9 +404,9 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
             raise OpatlasError(f"{note}; --strict")
         print(f"warning: {note}", file=sys.stderr)
     if csv is not None:
-        pts = sweep.points
-        pts.to_parquet(csv, index=False) if csv.suffix == ".parquet" else pts.to_csv(
-            csv, index=False)
+        from opatlas.tables import write_table
+
+        write_table(sweep.points, csv, "--csv")
     if plot is not None:
         from opatlas.bounds.plots import plot_accel_sweep
 

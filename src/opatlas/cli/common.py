@@ -40,3 +40,18 @@ def checked_plot(value: Path | None) -> Path | None:
         return check_plot_path(value)
     except OpatlasError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"--plot {value}: ")) from None
+
+
+def checked_table(param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """``--csv`` / ``--out`` table callback: a folder or a suffix other than .csv, .csv.gz or
+    .parquet is a usage error before any work is done."""
+    if value is None:
+        return None
+    from opatlas.errors import OpatlasError
+    from opatlas.tables import check_table_path
+
+    option = param.opts[0] if param.opts else "--out"
+    try:
+        return check_table_path(value, option)
+    except OpatlasError as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"{option} {value}: ")) from None

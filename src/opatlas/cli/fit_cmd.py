@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from opatlas.errors import OpatlasError
+from opatlas.tables import TABLE_SUFFIXES
 
 
 def fit(
@@ -60,10 +61,12 @@ def fit(
         raise OpatlasError(f"no (op, pass) with at least 10 rows in {data}"
                            + (f" for ops {op}" if op else ""))
     rows = [e.as_json() for e in evs]
-    if out is not None and out.suffix == ".csv":
+    if out is not None and out.name.lower().endswith(TABLE_SUFFIXES):
         import pandas as pd
 
-        pd.DataFrame(rows).to_csv(out, index=False)
+        from opatlas.tables import write_table
+
+        write_table(pd.DataFrame(rows), out, "--out")
     elif out is not None:
         _save_models(frame, data, recipe, out, {(r["op"], r["pass"]) for r in rows})
     if as_json:
@@ -132,7 +135,9 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
         for p in write_models_csv(models, out, shards, groups):
             typer.echo(str(p))
         heldout_csv = out.with_name(f"{out.stem if out.suffix == '.csv' else out.name}.heldout.csv")
-        both.to_csv(heldout_csv, index=False)
+        from opatlas.tables import write_table
+
+        write_table(both, heldout_csv, "--out")
         typer.echo(str(heldout_csv))
     if as_json:
         typer.echo(both.to_json(orient="records"))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from opatlas.cli.common import checked_table
+
 
 def calibrate(
     models: Path | None = typer.Option(None, "--models", help="Per-group linear models measured "
@@ -19,7 +21,7 @@ def calibrate(
     report: bool = typer.Option(False, "--report", help="Print the split, the fitted "
                                                        "parameters and the residuals by gather "
                                                        "degree and strategy pair."),
-    report_csv: Path | None = typer.Option(None, "--report-csv",
+    report_csv: Path | None = typer.Option(None, "--report-csv", callback=checked_table,
                                            help="Per-group comparison CSV (test groups)."),
     groups: int = typer.Option(1500, "--groups", min=10, help="Groups sampled for the fit."),
 ) -> None:
@@ -38,7 +40,9 @@ def calibrate(
     cal = run(models, split=split, max_groups=groups)
     cal.params.save(out)
     if report_csv is not None:
-        cal.test.to_csv(report_csv, index=False)
+        from opatlas.tables import write_table
+
+        write_table(cal.test, report_csv, "--report-csv")
     if report:
         typer.echo(format_report(cal))
         return

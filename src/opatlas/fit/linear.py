@@ -82,14 +82,15 @@ def write_models_csv(models: pd.DataFrame, path: str | Path, shards: int = 1,
     ``in_grid,out_grid,group,coef,intercept,r^2,RRMSE,RMSRE,num_points``. One file (``path``),
     or ``shards`` files ``path.0 .. path.N-1`` splitting the rows in order, as the seed's
     models.csv.0..11."""
+    from opatlas.atomic import write_output
+
     path = Path(path)
     table = models[[*group_cols, *METRIC_COLUMNS]]
     if shards <= 1:
-        table.to_csv(path, index=False)
-        return [path]
+        return [write_output(path, lambda tmp: table.to_csv(tmp, index=False))]
     out = []
     for i, part in enumerate(np.array_split(np.arange(len(table)), shards)):
-        p = path.with_name(f"{path.name}.{i}")
-        table.iloc[part].to_csv(p, index=False)
-        out.append(p)
+        rows = table.iloc[part]
+        out.append(write_output(path.with_name(f"{path.name}.{i}"),
+                                lambda tmp, rows=rows: rows.to_csv(tmp, index=False)))
     return out

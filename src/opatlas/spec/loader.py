@@ -151,6 +151,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
         raise SpecError(f"op '{op.name}' needs parameter(s) {missing}, which the spec "
                         f"does not give", file=file, key="params", value=sorted(provided))
     _check_sizes(spec, file)
+    _check_dtypes(spec, file)
     unused = sorted(set(spec.param_names()) - set(op.params) - set(op.defaults) - {"dtype"})
     if unused and not op.accepts_extra:
         import warnings
@@ -159,6 +160,23 @@ def _check_op(spec: SweepSpec, file: str) -> None:
                       f"of its values repeats the same measurement under another vector "
                       f"(it takes {', '.join([*op.params, *op.defaults])})", UserWarning,
                       stacklevel=2)
+
+
+def _check_dtypes(spec: SweepSpec, file: str) -> None:
+    """Every dtype the grid takes (``dtype``, ``fixed.dtype`` or a ``dtype`` parameter) is one
+    the catalog can count: a typo would otherwise expand into vectors that only fail when run."""
+    from opatlas.ops.base import DTYPE_BYTES
+
+    given = [("dtype", spec.dtype)] + ([("fixed.dtype", spec.fixed["dtype"])]
+                                       if "dtype" in spec.fixed else [])
+    for key, values in spec.axes():
+        for value in values:
+            named = value.items() if isinstance(value, Mapping) else [(key, value)]
+            given += [(f"params.{key}", v) for name, v in named if name == "dtype"]
+    for key, value in given:
+        if value not in DTYPE_BYTES:
+            raise SpecError(f"unknown dtype; one of {', '.join(DTYPE_BYTES)}", file=file,
+                            key=key, value=value)
 
 
 def _check_sizes(spec: SweepSpec, file: str) -> None:

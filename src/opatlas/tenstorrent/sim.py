@@ -97,8 +97,11 @@ class WormholeParams:
         """Bytes per ns over one NoC link."""
         return self.link_bytes_per_cycle * self.aiclk_ghz
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1))
+    def save(self, path: str | Path, option: str = "--out") -> None:
+        from opatlas.atomic import write_output
+
+        text = json.dumps(asdict(self), indent=1)
+        write_output(path, lambda tmp: tmp.write_text(text), option)
 
     @classmethod
     def load(cls, path: str | Path) -> WormholeParams:
