@@ -65,12 +65,14 @@ def print_table(analysis: Analysis, top: int = 25, file: IO[str] | None = None) 
     log), the table takes the width it needs: one line per row, every cell whole."""
     from rich.console import Console
 
-    from opatlas.analyze.tables import natural_width, rich_table
+    from opatlas.analyze.tables import natural_width, rich_table, summary_items
 
     table = rich_table(analysis, top)
     console = Console(file=file)
     if not console.is_terminal:
         console = Console(file=file, width=max(console.width, natural_width(table)))
+    for label, value, _ in summary_items(analysis):  # the totals first: time, rate, gaps ...
+        console.print(f"{label}: {value}", markup=False, highlight=False)
     console.print(table)
 
 

@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from opatlas.analyze.model import Analysis, _clean
-from opatlas.analyze.tables import group_summary, op_label, summary_items, visible_columns
+from opatlas.analyze.tables import (
+    detail_tables,
+    group_summary,
+    op_label,
+    summary_items,
+    time_breakdown,
+    visible_columns,
+)
 
 
 def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
@@ -52,6 +59,8 @@ def _payload(analysis: Analysis) -> dict[str, Any]:
         "summary": [list(x) for x in summary_items(analysis)],
         "notes": analysis.summary.get("notes") or [],
         "groups": group_summary(analysis).to_dict("records"), "group_label": analysis.group_label,
+        "breakdown": [list(kv) for kv in time_breakdown(analysis)],
+        "details": detail_tables(analysis),
         "columns": [c.model_dump() for c in cols], "rows": rows.to_dict("records"),
         "peaks": {"flops": analysis.summary.get("peak_flops_s"),
                   "bytes": analysis.summary.get("peak_bytes_s")},
@@ -78,6 +87,7 @@ def render(analysis: Analysis) -> str:
             f"<svg id=frontier class=chart></svg></div></div>"
             f"<h2>Ops <input id=filter placeholder='filter: op, pass, limiter ...'>"
             f"<span id=count></span></h2><div class=scroll><table id=ops class=grid></table></div>"
+            f"<h2>Details</h2><section id=details></section>"
             f"</main><div id=tip></div>"
             f"<script id=data type=application/json>{data}</script><script>{js}</script>"
             f"</body></html>")

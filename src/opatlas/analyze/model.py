@@ -62,8 +62,9 @@ class _AnalysisFile(BaseModel):
 @dataclass
 class Analysis:
     """``rows``: one per row with at least REQUIRED_COLUMNS (and ``group``: the pipeline stage,
-    epoch or device it belongs to, or None); ``summary`` has at least ``total_time_s``, the
-    sum of the rows' ``time_s``."""
+    epoch or device it belongs to, or None); ``summary`` has at least ``total_time_s``: the
+    sum of the rows' ``time_s`` unless the source says what the rows take together (pipelined
+    epochs: each epoch's slowest op, summed; ``group_times_s`` then gives each group's)."""
 
     source: Source
     summary: dict[str, Any]

@@ -96,28 +96,96 @@ def op_label(op: Any, pass_: Any) -> str:
 
 
 def group_summary(analysis: Analysis) -> pd.DataFrame:
-    """Per stage/epoch/device: time, share, slowest op, its time, FLOP-weighted utilization
-    and the communication share (PyBuda's per-epoch summary)."""
+    """Per stage/epoch/device: time, share, slowest op, its time, utilization and the
+    communication share (PyBuda's per-epoch summary). A group's time is its rows' sum unless
+    the source states it (``group_times_s``: a pipelined epoch takes its slowest op's time),
+    and its utilization the source's own (``group_util``) or else the time-weighted mean of
+    the rows' ``util_compute`` (unknown when no row has one)."""
     rows = analysis.rows
     out = []
     total = analysis.total_time_s or 1.0
+    times = analysis.summary.get("group_times_s") or {}
+    utils = analysis.summary.get("group_util") or {}
     for g, sub in rows.groupby(rows["group"].astype(str), sort=False):
-        t = float(sub["time_s"].sum())
+        summed = float(sub["time_s"].sum())
+        t = float(times.get(g, summed))
         slow = sub.loc[sub["time_s"].idxmax()] if len(sub) else None
         comm = sub["limiter"].eq("communication")
-        util = (float(pd.to_numeric(sub.get("util_compute"), errors="coerce").mul(sub["time_s"])
-                      .sum() / t) if "util_compute" in sub and t > 0 else float("nan"))
         out.append({"group": g, "time_s": t, "share": t / total,
                     "slowest_op": "" if slow is None else op_label(slow["op"], slow["pass"]),
                     "slowest_time_s": 0.0 if slow is None else float(slow["time_s"]),
-                    "util": util, "comm_share": float(sub.loc[comm, "time_s"].sum()) / t if t else 0,
+                    "util": _group_util(utils.get(g), sub, summed),
+                    "comm_share": (float(sub.loc[comm, "time_s"].sum()) / summed
+                                   if summed else 0),
                     "rows": len(sub)})
     return pd.DataFrame(out)
 
 
+def time_breakdown(analysis: Analysis) -> list[tuple[str, float]]:
+    """Where the time goes: seconds per category (a config's compute, tp_comm ...) or per
+    limiter, largest first. With stated group times (pipelined epochs) each group's time
+    goes to what limits its slowest op, the op that sets the pipeline's pace."""
+    rows = analysis.rows
+    key = "category" if "category" in rows else "limiter"
+    labels = rows[key].astype(object).where(rows[key].notna(), "other").astype(str) \
+        if key in rows else pd.Series("other", index=rows.index)
+    by: dict[str, float] = {}
+    times = analysis.summary.get("group_times_s") or {}
+    if times:
+        for g, sub in rows.groupby(rows["group"].astype(str), sort=False):
+            if g in times and len(sub):
+                label = labels[sub["time_s"].idxmax()]
+                by[label] = by.get(label, 0.0) + float(times[g])
+    else:
+        for label, t in zip(labels, rows["time_s"], strict=True):
+            by[label] = by.get(label, 0.0) + (0.0 if missing(t) else float(t))
+    return sorted(((k, v) for k, v in by.items() if v > 0), key=lambda kv: -kv[1])
+
+
+DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util"}
+MAX_DETAIL_ROWS = 500
+
+
+def detail_tables(analysis: Analysis) -> list[dict[str, Any]]:
+    """The summary's tables (a list of records, a mapping of records, or one flat mapping):
+    PyBuda's per-epoch summary and reblocking edges, tt-metal's per-op-code totals, top ops
+    and per-device figures ... as {title, rows, total} for the report; nested values as JSON."""
+    out = []
+    for key, value in analysis.summary.items():
+        rows = None if key in DETAIL_SKIP else _records(value)
+        if rows:
+            out.append({"title": summary_label(key), "rows": rows[:MAX_DETAIL_ROWS],
+                        "total": len(rows)})
+    return out
+
+
+def _records(value: Any) -> list[dict[str, Any]] | None:
+    def flat(rec: dict[str, Any]) -> dict[str, Any]:
+        return {str(k): json.dumps(v) if isinstance(v, dict | list) else v
+                for k, v in rec.items()}
+
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        return [flat(x) for x in value]
+    if isinstance(value, dict) and value and all(isinstance(x, dict) for x in value.values()):
+        return [{"key": str(k), **flat(x)} for k, x in value.items()]
+    if isinstance(value, dict) and value and not any(isinstance(x, dict | list)
+                                                     for x in value.values()):
+        return [flat(value)]
+    return None
+
+
+def _group_util(stated: Any, sub: pd.DataFrame, summed: float) -> float:
+    if stated is not None:
+        return float(stated) if not missing(stated) else float("nan")
+    if "util_compute" not in sub or summed <= 0:
+        return float("nan")
+    weighted = pd.to_numeric(sub["util_compute"], errors="coerce").mul(sub["time_s"])
+    return float(weighted.sum(min_count=1) / summed)
+
+
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
                 "estimation_error_label", "word_bytes", "stage", "total_time_s",
-                "total_time_label", "predicted_step_time_s"}
+                "total_time_label", "predicted_step_time_s", "group_times_s", "group_util"}
 
 # readable labels (with the unit where the value shows none) of the sources' summary keys
 SUMMARY_LABELS = {
@@ -188,14 +256,15 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
     for k, v in s.items():
         if k in shown or k in SUMMARY_SKIP or isinstance(v, dict | list):
             continue
-        if (k.endswith("_time_s") and isinstance(v, int | float) and not missing(v)
+        if ((k.endswith("_time_s") or k == "time_per_input_s") and isinstance(v, int | float)
+                and not missing(v)
                 and math.isclose(float(v), total, rel_tol=1e-9, abs_tol=1e-15)):
             continue  # the total again (a step or busy time equal to the rows' sum)
         items.append((summary_label(k), _summary_value(k, v), None))
     return items
 
 
-PLAIN_KEYS = ("op", "pass", "name", "group", "calls", "time_s", "predicted_time_s",
+PLAIN_KEYS = ("id", "op", "pass", "name", "group", "calls", "time_s", "predicted_time_s",
               "measured_time_s", "error", "share", "util", "bound_time_s", "headroom", "limiter")
 _LEFT = ("id", "group", "text", "shape")
 

@@ -30,14 +30,21 @@ function fmt(v, c) {
   if (v === null || v === undefined || (typeof v === "number" && !isFinite(v))) return "-";
   if (typeof v === "object") return Object.entries(v).map(([k, x]) => k + "=" + x).join(" ");
   if (typeof v === "string") return v;
+  if (typeof v !== "number") return String(v);  // a flag of a summary table (true, false)
   const u = c ? c.unit : "";
   if (u === "s") return secs(v);
+  if (u === "ns") return secs(v / 1e9);
+  if (u === "cycles") return Math.round(v).toLocaleString("en");
   if (u === "%") return (100 * v).toFixed(1) + "%";
   if (u === "x") return v.toFixed(2) + "x";
   if (["FLOP", "B", "FLOP/s", "B/s"].includes(u)) return si(v, u);
   if (c && c.role === "count") return Number.isInteger(v) ? v.toLocaleString("en") : v.toFixed(2);
-  return String(+v.toPrecision(4));
+  // never round away whole digits: 157415 cycles stay 157,415, not 157400
+  return Math.abs(v) >= 1e4 ? v.toLocaleString("en", {maximumFractionDigits: 0}) : String(+v.toPrecision(4));
 }
+// units the cells do not print themselves go into the column's header
+const SAID = ["s", "ns", "%", "x", "FLOP", "B", "FLOP/s", "B/s"];
+const headed = c => c.unit && !SAID.includes(c.unit) ? `${c.label} (${c.unit})` : c.label;
 function mark(v, c) {
   if (!c || typeof v !== "number" || !isFinite(v)) return "";
   if (c.role === "util") return v > 0.5 ? "good" : v < 0.25 ? "bad" : "";
@@ -87,7 +94,7 @@ function opsTable() {
   const tb = el("tbody", {}, t);
   let rows = D.rows.slice(), sortKey = "time_s", asc = false;
   const ths = cols.map(c => {
-    const th = el("th", {class: isText(c) ? "t" : "", "data-key": c.key, title: c.help || ""}, hr, c.label);
+    const th = el("th", {class: isText(c) ? "t" : "", "data-key": c.key, title: c.help || ""}, hr, headed(c));
     th.addEventListener("click", () => { asc = sortKey === c.key ? !asc : isText(c); sortKey = c.key; draw(); });
     return th;
   });
@@ -137,10 +144,7 @@ function empty(svg, text) { frame(svg, 600, 60); el("text", {x: 12, y: 34}, svg,
 
 function breakdown() {
   const svg = document.getElementById("breakdown");
-  const key = D.rows.length && "category" in D.rows[0] ? "category" : "limiter";
-  const by = {};
-  for (const r of D.rows) by[r[key] ?? "other"] = (by[r[key] ?? "other"] || 0) + (r.time_s || 0);
-  const parts = Object.entries(by).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+  const parts = D.breakdown;  // [label, seconds], largest first (tables.time_breakdown)
   const total = parts.reduce((s, [, v]) => s + v, 0);
   if (!total) return empty(svg, "no time to break down");
   const W = 1000, H = 40 + 22 * parts.length; frame(svg, W, H);
@@ -249,4 +253,21 @@ function frontier() {
   }
 }
 
-header(); groupsTable(); breakdown(); timeline(); roofline(); frontier(); opsTable();
+function details() {
+  const box = document.getElementById("details");
+  if (!D.details.length) { el("p", {}, box, "no further tables in this analysis"); return; }
+  for (const d of D.details) {
+    el("h3", {}, box, d.title + (d.total > d.rows.length ? ` (first ${d.rows.length} of ${d.total})` : ""));
+    const keys = [...new Set(d.rows.flatMap(r => Object.keys(r)))];
+    const t = el("table", {class: "grid"}, el("div", {class: "scroll"}, box));
+    const hr = el("tr", {}, el("thead", {}, t));
+    keys.forEach(k => el("th", {class: "t"}, hr, k));
+    const tb = el("tbody", {}, t);
+    for (const r of d.rows) {
+      const tr = el("tr", {}, tb);
+      keys.forEach(k => el("td", {class: typeof r[k] === "number" ? "" : "t"}, tr, fmt(r[k], null)));
+    }
+  }
+}
+
+header(); groupsTable(); breakdown(); timeline(); roofline(); frontier(); opsTable(); details();

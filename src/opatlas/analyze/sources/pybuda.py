@@ -247,6 +247,7 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                "estimation_error_label": "kernel estimate error",
                **run.model_summary,
                "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
+               **_epoch_times(run.epoch_summary, clock),
                "epoch_summary": run.epoch_summary, "files": run.files,
                "reblocking": [e for e in edges if e["reblock"]],
                "reblocking_edges": sum(1 for e in edges if e["reblock"]),
@@ -269,6 +270,17 @@ def _max_fan_in(edges: list[dict[str, Any]]) -> dict[str, int]:
         if e["fan_in"] is not None:
             fan[e["consumer"]] = max(fan.get(e["consumer"], 0), e["fan_in"])
     return fan
+
+
+def _epoch_times(epochs: list[dict[str, Any]], clock: float) -> dict[str, Any]:
+    """An epoch's ops run at once, as a pipeline: per input it takes its slowest op's
+    cycles, and the model the sum of its epochs'. The total, each epoch's time and its
+    utilization (PyBuda's: core-weighted busy share of the pipeline) as the views take them."""
+    return {"total_time_s": sum(e["pipeline_cycles"] for e in epochs) / clock,
+            "total_time_label": "time per input (each epoch's slowest op, summed)",
+            "group_times_s": {str(e["epoch"]): e["pipeline_cycles"] / clock for e in epochs},
+            "group_util": {str(e["epoch"]): (None if e.get("util") is None else e["util"] / 100)
+                           for e in epochs}}
 
 
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
@@ -342,6 +354,7 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
                "throughput": result.model_summary["overall_speed"],
                **result.model_summary,
                "time_per_input_s": result.model_summary["pipeline_cycles"] / nl.clock_hz,
+               **_epoch_times(result.epoch_summary, nl.clock_hz),
                "epoch_summary": result.epoch_summary,
                "reblocking": [e for e in result.reblocking if e["reblock"]],
                "edges": len(result.reblocking),

@@ -219,7 +219,7 @@ def _bound_counts(frame: pd.DataFrame) -> dict[str, int]:
 def _columns() -> list[Column]:
     return [Column(key="id", label="ID", role="id", help="row of the CSV (as tt-perf-report)"),
             Column(key="device", label="device", role="group"),
-            Column(key="bound", label="Bound", help="tt-perf-report: DRAM / FLOP (>= 65% of "
+            Column(key="bound", label="Bound (tt-perf-report)", help="tt-perf-report: DRAM / FLOP (>= 65% of "
                    "peak), BOTH, SLOW, HOST"),
             Column(key="op", label="OP Code", role="text"),
             Column(key="device_time_ns", label="Device Time", role="measured", unit="ns"),
@@ -243,7 +243,8 @@ def _columns() -> list[Column]:
             Column(key="pass", label="pass", role="id"),
             Column(key="time_s", label="time", role="measured", unit="s",
                    help="device kernel time (tt-perf-report's Device Time)"),
-            Column(key="bound_time_s", label="bound", role="bound", unit="s"),
+            Column(key="bound_time_s", label="bound time", role="bound", unit="s",
+                   help="opatlas bound, in seconds"),
             Column(key="limiter", label="limiter"),
             Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
             Column(key="bytes", label="DRAM bytes", role="count", unit="B"),
