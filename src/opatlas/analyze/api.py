@@ -20,10 +20,10 @@ def analyze(source: str | Path, *, kind: str | None = None, measured: Path | Non
     profiler CSV (the kind is detected unless given); ``extra``: kind-specific options
     (PyBuda: netlist, dir, spatial_epochs; tt-metal: start/end_signpost, ignore_signposts)."""
     path = Path(source)
-    if path.suffix and not path.exists() and kind is None:
-        raise OpatlasError(f"{path}: no such file (opatlas analyze reads a training config or "
-                           f"bundled config name, a results store, a profiler trace, a PyBuda "
-                           f"run or a tt-metal profiler CSV)")
+    if (path.suffix or len(path.parts) > 1) and not path.exists() and kind is None:
+        raise OpatlasError(f"{path}: no such file or folder (opatlas analyze reads a training "
+                           f"config or bundled config name, a results store, a profiler trace, "
+                           f"a PyBuda run or a tt-metal profiler CSV)")
     extra = {**({"device": device} if device else {}), **(extra or {})}
     return read(source, kind, ReadOptions(measured=measured, models=models, strict=strict,
                                           extra=extra))

@@ -36,7 +36,7 @@ def analyze(
     strict: bool = typer.Option(False, "--strict", help="A fallback is an error."),
     netlist: Path | None = typer.Option(None, "-n", "--netlist", help="PyBuda: the model's "
                                         "netlist (SOURCE may then be left out)."),
-    spatial_epochs: bool = typer.Option(False, "-s", "--spatial_epochs", "--spatial-epochs",
+    spatial_epochs: bool = typer.Option(False, "-s", "--spatial-epochs", "--spatial_epochs",
                                         help="PyBuda: show spatial epochs, not temporal ones."),
     run_dir: Path | None = typer.Option(None, "-d", "--dir", help="PyBuda: the run folder "
                                         "(perf_results/, op_perf.csv, balancer_score.csv)."),
@@ -71,6 +71,8 @@ def analyze(
                                "ignore_signposts": ignore_signposts or None}.items() if v}
     if source is None and load is None and (netlist or run_dir):
         source = str(netlist or run_dir)
+    if kind is None and (netlist or run_dir):
+        kind = "pybuda"  # only a PyBuda run takes a netlist or a run folder
     if (source is None) == (load is None):
         raise OpatlasError("give a SOURCE to analyse, or --load a saved analysis (not both)")
     if load is not None:

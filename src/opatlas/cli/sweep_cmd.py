@@ -77,12 +77,18 @@ def export_tt_cmd(
 
         opatlas sweep export-tt reshard vectors_export --where "input_core_grid == '2x2'"
     """
+    from opatlas.run.progress import Progress
     from opatlas.sweep import expand
     from opatlas.tenstorrent.ttjson import export_tt
 
     s = load(spec, None)
-    files = export_tt(expand(s, where=where).vectors, outdir)
-    typer.echo(f"wrote {len(files)} files under {outdir}")
+    vectors = expand(s, where=where).vectors
+    typer.echo(f"writing {len(vectors):,} vectors under {outdir} (--where picks fewer)",
+               err=True)
+    with Progress(len(vectors), label="export-tt") as progress:
+        files = export_tt(vectors, outdir, lambda n: progress.advance("written", n))
+    size = sum(f.stat().st_size for f in files)
+    typer.echo(f"wrote {len(files)} files ({size / 1e6:,.1f} MB) under {outdir}")
 
 
 @app.command("list")

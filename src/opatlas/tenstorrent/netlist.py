@@ -158,11 +158,18 @@ def parse_yaml(path: Path, text: str) -> Any:
             return yaml_rs.loads(text, parse_datetime=False,
                                  duplicate_key_policy=yaml_rs.DuplicateKeyPolicy.LastWins)
         except yaml_rs.YAMLDecodeError as exc:
-            raise _fail(path, f"it is not valid YAML ({exc})") from None
+            raise _fail(path, f"it is not valid YAML ({_short(exc)})") from None
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
-        raise _fail(path, f"it is not valid YAML ({exc})") from None
+        raise _fail(path, f"it is not valid YAML ({_short(exc)})") from None
+
+
+def _short(exc: Exception, limit: int = 300) -> str:
+    """A parser's message without the whole offending line (a CSV given as a netlist quotes
+    kilobytes of it)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def _fail(path: Path, msg: str) -> OpatlasError:

@@ -140,10 +140,12 @@ def load_run(netlist_path: Path, folder: Path, spatial_epochs: bool = False) -> 
     for e, g in enumerate(nl.graphs):
         p = graph_perf_path(folder, g, e, nl.temporal[e])
         if p is None:
+            looked = dict.fromkeys([f"{g}/", f"fwd_0_{e}_temporal_epoch_{nl.temporal[e]}/",
+                                    f"fwd_0_{e}/"])  # a graph may carry the folder's name
             raise OpatlasError(
                 f"{folder / 'perf_results' / 'analyzer_results'} has no graph_perf_report.csv "
-                f"for graph {g} (looked in {g}/, fwd_0_{e}_temporal_epoch_{nl.temporal[e]}/ and "
-                f"fwd_0_{e}/). Run with TT_BACKEND_PERF_ANALYZER=1, or analyse the netlist alone.")
+                f"for graph {g} (looked in {', '.join(looked)}). Run with "
+                f"TT_BACKEND_PERF_ANALYZER=1, or analyse the netlist alone.")
         perf.append(load_graph_perf(p))
     estimated: dict[str, dict[str, Any]] = {}
     scores: dict[str, float] = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,10 @@ def input_hash(serialized: dict[str, str]) -> str:
     return hashlib.sha224(str(serialized).encode()).hexdigest()
 
 
-def export_tt(vectors: list, outdir: str | Path) -> list[Path]:
-    """Write the seed's ``vectors_export`` layout; returns the files written."""
+def export_tt(vectors: list, outdir: str | Path,
+              on_file: Callable[[int], object] | None = None) -> list[Path]:
+    """Write the seed's ``vectors_export`` layout; returns the files written. ``on_file``
+    hears how many vectors each file written held (for progress)."""
     outdir = Path(outdir)
     files: dict[Path, dict[str, dict[str, Any]]] = {}
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -88,6 +91,8 @@ def export_tt(vectors: list, outdir: str | Path) -> list[Path]:
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(content, indent=1))
+        if on_file is not None:
+            on_file(sum(len(suite) for suite in content.values()))
     return sorted(files)
 
 

@@ -148,19 +148,33 @@ def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Rep
 def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[str],
             strict: bool) -> tuple[pd.DataFrame, str, list[str]]:
     """tt-perf-report's signpost window: (rows, its description, notes)."""
+    if w.ignore_signposts and (w.start_signpost or w.end_signpost):
+        raise OpatlasError("--ignore-signposts analyses the whole file: give it or a "
+                           "--start-signpost / --end-signpost window, not both")
     for name in (w.start_signpost, w.end_signpost):
         if name is not None and name not in signposts:
             known = ", ".join(dict.fromkeys(signposts)) or "none"
             raise OpatlasError(f"{path} has no signpost {name!r} (its signposts: {known})")
     sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
     named = bool(w.start_signpost or w.end_signpost)
+    if named and sel[sel["OP TYPE"] != "signpost"].empty:
+        msg = (f"{path}: no device operation {_window_text(w, signposts)} (is the end "
+               f"signpost before the start one?)")
+        if strict:
+            raise OpatlasError(msg)
+        return sel, _window_text(w, signposts), [msg]
     if not sel.empty or named or df[df["OP TYPE"] != "signpost"].empty:
-        return sel, _window_text(w, signposts), []
-    msg = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
-           f"tt-perf-report analyses by default; analysing the whole file instead "
-           f"(tt-perf-report --ignore-signposts). Name a range with start/end signposts.")
+        notes = [] if not df[df["OP TYPE"] != "signpost"].empty else \
+            [f"{path}: the file holds no device operation"]
+        return sel, _window_text(w, signposts), notes
+    empty = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
+             f"tt-perf-report analyses by default")
+    msg = (f"{empty}; analysing the whole file instead (tt-perf-report --ignore-signposts). "
+           f"Name a range with start/end signposts.")
     if strict:
-        raise OpatlasError(msg)
+        raise OpatlasError(f"{empty}. Name a range with --start-signpost/--end-signpost, or "
+                           f"give --ignore-signposts (--strict does not fall back to the "
+                           f"whole file)")
     return (tpr.filter_by_signpost(df, None, None, True, False),
             "whole file (signposts ignored)", [msg])  # the CLI says notes on stderr
 
@@ -169,7 +183,9 @@ def _window_text(w: Window, signposts: list[str]) -> str:
     if w.ignore_signposts or not signposts:
         return "whole file" + (" (signposts ignored)" if signposts else "")
     if w.start_signpost or w.end_signpost:
-        return f"after {w.start_signpost!r} until {w.end_signpost!r}"
+        start = f"after {w.start_signpost!r}" if w.start_signpost else "from the start"
+        end = f"until {w.end_signpost!r}" if w.end_signpost else "to the end"
+        return f"{start} {end}"
     return f"after the last signpost {signposts[-1]!r}"
 
 

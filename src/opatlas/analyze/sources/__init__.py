@@ -37,6 +37,14 @@ class SourceKind:
     detect: Callable[[Path], bool]  # cheap: looks at the name and at most the first bytes
     read: Callable[[Path, ReadOptions], Analysis]
     help: str
+    uses: frozenset[str] = frozenset()  # the options it reads (ReadOptions fields, extra keys)
+
+
+# the command line's name of each option a source may use
+OPTION_FLAGS = {"measured": "--measured", "models": "--models", "device": "--device",
+                "netlist": "--netlist", "dir": "--dir", "spatial_epochs": "--spatial-epochs",
+                "start_signpost": "--start-signpost", "end_signpost": "--end-signpost",
+                "ignore_signposts": "--ignore-signposts"}
 
 
 _KINDS: dict[str, SourceKind] = {}
@@ -72,4 +80,23 @@ def read(path: str | Path, kind: str | None = None,
         k = kinds()[kind]
     else:
         raise OpatlasError(f"unknown --kind {kind!r}; known: {', '.join(kinds())}")
-    return k.read(path, options or ReadOptions())
+    options = options or ReadOptions()
+    unused = _unused_options(k, options)
+    if unused and options.strict:
+        raise OpatlasError(f"{unused}; --strict refuses to ignore it")
+    analysis = k.read(path, options)
+    if unused:  # said, never silently ignored
+        analysis.summary["notes"] = [f"{unused}: ignored",
+                                     *(analysis.summary.get("notes") or [])]
+    return analysis
+
+
+def _unused_options(k: SourceKind, options: ReadOptions) -> str | None:
+    given = [key for key in OPTION_FLAGS
+             if (getattr(options, key, None) if key in ("measured", "models")
+                 else options.extra.get(key))]
+    unused = [OPTION_FLAGS[key] for key in given if key not in k.uses]
+    if not unused:
+        return None
+    return (f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to a "
+            f"{k.name} source")

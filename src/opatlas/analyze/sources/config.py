@@ -74,10 +74,6 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
 
 def read(path: Path, options: ReadOptions) -> Analysis:
     est = estimate_for(path, options)
-    for given, what in ((options.models, "--models"), (options.extra.get("device"), "--device")):
-        if given:  # said, never silently ignored
-            est.notes.append(f"{what} {given} is not used for a config: its cluster names the "
-                             f"device and its ops section the op models")
     rows = _rows(est)
     columns = list(COLUMNS)
     if options.measured is not None:
@@ -258,4 +254,5 @@ def _timeline(est: Any) -> list[dict[str, Any]]:
 
 
 register(SourceKind("config", detect, read,
-                    "a training config YAML or a bundled example such as llama2-7b"))
+                    "a training config YAML or a bundled example such as llama2-7b",
+                    uses=frozenset({"measured"})))

@@ -349,6 +349,12 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
     notes = [f"{unmodelled} op(s) of {netlist} have no op model (sparse matmuls: the netlist "
              f"lacks their non-zero tile counts): they count 0 cycles in the estimate"
              ] if unmodelled else []
+    defaulted = sorted({op.type for op, est in result.ops if "no fitted model" in est.model})
+    if defaulted:
+        count = sum(1 for _, est in result.ops if "no fitted model" in est.model)
+        notes.append(f"{count} op(s) of type {', '.join(defaulted)} have no fitted op model: "
+                     f"estimated with the nop parameters (the backend's default path), see "
+                     f"the op model column")
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
                "title": f"PyBuda netlist {netlist.name} (estimate)",
                "throughput": result.model_summary["overall_speed"],
@@ -368,4 +374,5 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
 
 register(SourceKind(KIND, detect, read,
                     "a PyBuda run folder or netlist (*netlist.yaml; perf_results/, "
-                    "op_perf.csv, balancer_score.csv)"))
+                    "op_perf.csv, balancer_score.csv)",
+                    uses=frozenset({"netlist", "dir", "spatial_epochs"})))

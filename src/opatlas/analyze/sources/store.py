@@ -148,6 +148,10 @@ def _held_out(op: str, pass_: str, dev: Any, dtype: str, shapes: pd.DataFrame,
         notes.append(f"{op} {pass_}: {len(shapes)} measured shapes, fewer than {MIN_ROWS}: "
                      f"no held-out prediction")
         return out
+    if shapes.select_dtypes("number").shape[1] == 0:  # e.g. reshard: grids and strategies
+        notes.append(f"{op} {pass_}: its shapes have no numeric parameter a model can learn "
+                     f"from: no held-out prediction (reshards: opatlas fit --recipe reshard)")
+        return out
     y_us = seconds * 1e6
     shapes = shapes.reset_index(drop=True)
     try:
@@ -212,4 +216,5 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: fl
     return out
 
 
-register(SourceKind("store", detect, read, "an opatlas results store (.duckdb)"))
+register(SourceKind("store", detect, read, "an opatlas results store (.duckdb)",
+                    uses=frozenset({"device", "models"})))

@@ -205,4 +205,5 @@ def _peaks(doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
 
 
 register(SourceKind("trace", detect, read,
-                    "a torch.profiler Chrome trace (.json, .json.gz) recorded with shapes"))
+                    "a torch.profiler Chrome trace (.json, .json.gz) recorded with shapes",
+                    uses=frozenset({"device"})))

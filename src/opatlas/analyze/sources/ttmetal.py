@@ -253,4 +253,5 @@ def _columns() -> list[Column]:
             Column(key="gemm", label="gemm", role="shape")]
 
 
-register(SourceKind(KIND, detect, read, "a tt-metal device-profiler CSV (ops_perf_results_*.csv)"))
+register(SourceKind(KIND, detect, read, "a tt-metal device-profiler CSV (ops_perf_results_*.csv)",
+                    uses=frozenset({"start_signpost", "end_signpost", "ignore_signposts"})))

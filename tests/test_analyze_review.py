@@ -1,0 +1,125 @@
+"""What a new user met in `opatlas analyze` on Tenstorrent inputs: options a source does not
+take, signpost windows that select nothing, pipelined epochs' time and utilization, defaulted
+op models, sources a model cannot learn from, and the report's summary tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import cli_in_process, one_error, run_cli
+from opatlas.analyze import api
+from opatlas.analyze.tables import detail_tables, group_summary, time_breakdown
+from test_analyze_pybuda import make_run
+
+TT = Path(__file__).parent / "data" / "tenstorrent"
+CSV = TT / "ops_perf_results_2025_09_18_11_39_20.csv"
+NETLIST = TT / "resnet50_hifi3_fp16b.netlist.yaml"
+START, END = "ResNet module started", "ResNet module finished"
+
+
+def test_options_a_source_does_not_take_are_said_and_refused_under_strict(capsys):
+    code, out, err = cli_in_process(capsys, "analyze", str(CSV), "--ignore-signposts", "-s",
+                                    "--device", "H100", "--json")
+    assert code == 0
+    assert "--device, --spatial-epochs do not apply to a ttmetal source: ignored" in err
+    assert json.loads(out)["summary"]["notes"][0].startswith("--device, --spatial-epochs")
+    code, _, err = cli_in_process(capsys, "analyze", str(CSV), "--ignore-signposts", "-s",
+                                  "--strict", "--json")
+    one_error(code, err, "--spatial-epochs does not apply", "--strict")
+
+
+def test_signpost_windows_that_contradict_or_select_nothing(capsys):
+    code, _, err = cli_in_process(capsys, "analyze", str(CSV), "--ignore-signposts",
+                                  "--start-signpost", START, "--json")
+    one_error(code, err, "not both")
+    code, out, err = cli_in_process(capsys, "analyze", str(CSV), "--start-signpost", END,
+                                    "--end-signpost", START, "--json")
+    assert code == 0 and json.loads(out)["rows"] == []
+    assert "no device operation after" in err and "before the start one" in err
+    code, out, _ = cli_in_process(capsys, "analyze", str(CSV), "--end-signpost", END, "--json")
+    assert json.loads(out)["summary"]["window"] == f"from the start until {END!r}"
+
+
+def test_strict_whole_file_fallback_reads_as_a_refusal(capsys):
+    code, _, err = cli_in_process(capsys, "analyze", str(CSV), "--strict", "--json")
+    line = one_error(code, err, "nothing follows the last signpost", "--ignore-signposts")
+    assert "analysing the whole file instead" not in line
+
+
+def test_pipelined_epochs_take_their_slowest_op_and_pybudas_util():
+    a = api.analyze(NETLIST)
+    epochs = a.summary["epoch_summary"]
+    groups = group_summary(a).set_index("group")
+    clock = a.summary["clock_hz"]
+    for e in epochs:
+        g = groups.loc[str(e["epoch"])]
+        assert g["time_s"] == pytest.approx(e["pipeline_cycles"] / clock)
+        assert g["time_s"] == pytest.approx(g["slowest_time_s"])  # the pipeline's pace
+        assert g["util"] == pytest.approx(e["util"] / 100)  # was 0% without measured data
+    assert groups["share"].sum() == pytest.approx(1.0)
+    assert a.total_time_s == pytest.approx(sum(e["pipeline_cycles"] for e in epochs) / clock)
+    assert sum(v for _, v in time_breakdown(a)) == pytest.approx(a.total_time_s)
+
+
+def test_group_util_without_any_value_is_unknown_not_zero():
+    from opatlas.analyze.model import Analysis, Source
+
+    rows = pd.DataFrame({"op": ["a", "b"], "pass": "fwd", "calls": 1.0, "time_s": [1.0, 2.0],
+                         "flops": 0.0, "bytes": 0.0, "bound_time_s": None, "limiter": None,
+                         "shape": [{}, {}], "group": 0, "util_compute": [None, None]})
+    g = group_summary(Analysis(Source(kind="store", path="x"), {}, rows))
+    assert np.isnan(g["util"].iloc[0]) and g["time_s"].iloc[0] == 3.0
+
+
+def test_ops_with_a_defaulted_op_model_are_said(capsys):
+    code, _, err = cli_in_process(capsys, "analyze", str(NETLIST), "--json")
+    assert code == 0
+    assert "17 op(s) of type fused_op have no fitted op model" in err
+
+
+def test_the_report_shows_the_summarys_tables(tmp_path):
+    run = make_run(tmp_path / "run")
+    a = api.analyze(run)
+    titles = {d["title"]: d for d in detail_tables(a)}
+    assert "epoch summary" in titles
+    assert len(titles["epoch summary"]["rows"]) == a.summary["epochs"]
+    tm = {d["title"] for d in detail_tables(api.analyze(CSV, extra={"ignore_signposts": True}))}
+    assert {"by op code", "top ops", "per device"} <= tm
+
+
+def test_pybuda_options_pick_the_kind_and_missing_paths_are_named(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    code, _, err = cli_in_process(capsys, "analyze", "-d", str(tmp_path / "empty"))
+    one_error(code, err, "holds no PyBuda netlist")
+    code, _, err = cli_in_process(capsys, "analyze", str(tmp_path / "no" / "such"))
+    one_error(code, err, "no such file or folder")
+    code, _, err = cli_in_process(capsys, "analyze", "--kind", "pybuda", str(CSV))
+    line = one_error(code, err, "not valid YAML")
+    assert len(line) < 600  # the CSV's kilobyte-long line is not quoted whole
+
+
+def test_shapes_without_numbers_get_a_note_not_a_lightgbm_error(capfd):
+    from opatlas.analyze.sources.store import _held_out
+    from opatlas.devices import get_device
+
+    shapes = pd.DataFrame({"input_core_grid": ["4x4"] * 40, "output_core_grid": ["1x1"] * 40})
+    notes: list[str] = []
+    out = _held_out("reshard", "fwd", get_device("A100"), "bf16", shapes,
+                    np.linspace(1e-6, 2e-6, 40), notes)
+    assert np.isnan(out).all() and "no numeric parameter" in notes[0]
+    assert "LightGBM" not in capfd.readouterr().err
+
+
+def test_export_tt_says_what_it_writes(tmp_path):
+    r = run_cli("sweep", "export-tt", "reshard", str(tmp_path / "v"), "--where",
+                "input_core_grid == '1x1' and output_core_grid == '2x1'")
+    assert r.returncode == 0, r.stderr
+    assert "writing" in r.stderr and "vectors under" in r.stderr
+    files = list((tmp_path / "v").rglob("*.json"))
+    size = sum(f.stat().st_size for f in files) / 1e6
+    assert f"wrote {len(files)} files ({size:,.1f} MB)" in r.stdout
