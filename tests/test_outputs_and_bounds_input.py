@@ -131,3 +131,63 @@ def test_analyze_outputs_that_cannot_be_written_are_one_line(capsys, tmp_path):
     one_error(code, err, "--html", "is a file, not a folder")
     code, _, err = cli_in_process(capsys, "analyze", str(csv), "--csv", str(tmp_path))
     one_error(code, err, "--csv", "is a folder")
+
+
+# --- runs and stores ------------------------------------------------------------------------
+
+SPEC = REPO / "examples" / "specs"
+
+
+def _fake_run(rows: int):
+    """A run that records ``rows`` results, then is interrupted (Ctrl-C)."""
+    from opatlas.store import ResultRow
+
+    def run_spec(spec, st, cfg, **kw):
+        st.add_results([ResultRow(f"v{i}", "linear", "{}", "fwd", "cpu", "X", "fp32", "ok",
+                                  repeats=1, median_ns=1.0) for i in range(rows)])
+        raise KeyboardInterrupt
+
+    return run_spec
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+def test_an_interrupted_run_says_what_it_kept(capsys, monkeypatch, tmp_path, rows):
+    import opatlas.run
+
+    monkeypatch.setattr(opatlas.run, "run_spec", _fake_run(rows))
+    store = tmp_path / "s.duckdb"
+    code, _, err = cli_in_process(capsys, "run", str(SPEC / "linear.yml"), "--store", str(store))
+    assert code == 130
+    assert f"interrupted; {rows} result row(s) kept in {store}" in err
+    assert store.exists() == bool(rows)  # a store this run made and left empty is removed
+    assert ("run the same command again to resume" in err) == bool(rows)
+
+
+def test_a_failed_run_keeps_a_store_that_existed(monkeypatch, tmp_path):
+    from opatlas.store import Store
+    from opatlas.store.writing import store_for_writing
+
+    store = tmp_path / "kept.duckdb"
+    with Store(store):
+        pass
+    with pytest.raises(RuntimeError), store_for_writing(store):
+        raise RuntimeError("cluster unreachable")
+    assert store.exists()
+    with pytest.raises(RuntimeError), store_for_writing(tmp_path / "new.duckdb"):
+        raise RuntimeError("cluster unreachable")
+    assert not (tmp_path / "new.duckdb").exists()
+
+
+def test_results_status_must_be_a_status(capsys, tmp_path):
+    code, _, err = cli_in_process(capsys, "results", "--store", str(tmp_path / "x.duckdb"),
+                                  "--status", "nosuch")
+    one_error(code, err, "--status 'nosuch'", "ok, invalid, error")
+
+
+def test_run_help_names_every_backends_options():
+    from typer.testing import CliRunner
+
+    from opatlas.cli import app
+
+    text = " ".join(CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "cpu: threads=N" in text and "timing=events|profiler" in text and "params=FILE" in text

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -50,6 +47,11 @@ def results(
             for path in export_ett(st, out):
                 typer.echo(str(path))
         return
+    from opatlas.store.db import STATUSES
+
+    if status is not None and status not in STATUSES:
+        raise OpatlasError(f"--status {status!r}: a result's status is one of "
+                           f"{', '.join(STATUSES)}")
     with Store(store, read_only=True) as st:
         total = st.count_results(op, status)
         df = st.results(op=op, status=status, limit=limit if fmt == "table" and limit else None)
@@ -115,26 +117,11 @@ def import_results(
     store: Path = StoreOpt,
 ) -> None:
     """Add results exported from another store (e.g. one per SLURM part) to this store."""
-    with _writing(store) as st:
+    from opatlas.store.writing import store_for_writing
+
+    with store_for_writing(store) as st:
         n = st.import_results(path)
     typer.echo(f"added {n} rows to {store}")
-
-
-@contextmanager
-def _writing(store: Path) -> Iterator[Any]:
-    """The store, opened for writing; one that this command created is removed again when the
-    command fails (an import that adds nothing leaves no empty store behind)."""
-    from opatlas.store import Store
-
-    existed = store.exists()
-    try:
-        with Store(store) as st:
-            yield st
-    except Exception:
-        if not existed:
-            for leftover in (store, store.with_name(store.name + ".wal")):
-                leftover.unlink(missing_ok=True)
-        raise
 
 
 @import_app.command("ett-samples")
@@ -152,9 +139,10 @@ def import_ett(
         opatlas import ett-samples bundled --store a100.duckdb
     """
     from opatlas.store.ett import bundled_dataset, import_ett_samples
+    from opatlas.store.writing import store_for_writing
 
     path = bundled_dataset() if directory == "bundled" else Path(directory)
-    with _writing(store) as st:
+    with store_for_writing(store) as st:
         added = import_ett_samples(st, path)
     typer.echo(f"added {sum(added.values())} rows from {len(added)} files to {store}")
 
@@ -172,8 +160,9 @@ def import_tt_sweep(
 
         opatlas import tt-sweep --vectors vectors_export --results results_export_batch
     """
+    from opatlas.store.writing import store_for_writing
     from opatlas.tenstorrent.ttjson import import_tt
 
-    with _writing(store) as st:
+    with store_for_writing(store) as st:
         n = import_tt(st, vectors, results, device)
     typer.echo(f"added {n} rows to {store}")

@@ -21,8 +21,10 @@ def run(
                                                              "simulated Tenstorrent Wormhole) or "
                                                              "ttnn (a Tenstorrent card)."),
     backend_opt: list[str] | None = typer.Option(
-        None, "--backend-opt", help="Backend option key=value (cuda: timing=events|profiler, "
-                                    "graphs=1, flush_l2=1), repeatable."),
+        None, "--backend-opt", help="Backend option key=value, repeatable. cpu: threads=N "
+                                    "(PyTorch's intra-op threads); cuda: "
+                                    "timing=events|profiler, graphs=1, flush_l2=1; "
+                                    "wormhole-sim: params=FILE (from opatlas calibrate)."),
     store: Path = StoreOpt,
     repeats: int | None = typer.Option(None, "--repeats", min=1,
                                        help="Timed repeats per pass (default: the spec's)."),
@@ -85,6 +87,7 @@ def run(
     """
     from opatlas.run import RunConfig, run_spec
     from opatlas.store import Store
+    from opatlas.store.writing import store_for_writing
     s = load(spec, ops_module)
     options = key_values(backend_opt, "--backend-opt")
     cfg = RunConfig(backend=backend, backend_options=options, repeats=repeats, warmup=warmup,
@@ -97,7 +100,8 @@ def run(
         raise OpatlasError("--executor submitit splits the sweep itself into --jobs parts; "
                            "drop --parts/--part")
     _check_before_store(s, where, executor, backend, options)
-    with Store(store) as st:
+
+    def execute(st: Store) -> RunSummary:
         if executor == "submitit":
             from opatlas.run.submitit_executor import SubmititConfig, run_spec_submitit
 
@@ -105,15 +109,23 @@ def run(
                 jobs=jobs, cluster=submitit_cluster,
                 folder=submitit_folder or store.with_name(store.name + ".submitit"),
                 parameters=_typed(key_values(submitit_opt, "--submitit-opt")))
-            summary = run_spec_submitit(s, st, cfg, scfg, where=where)
-        elif executor == "ray":
+            return run_spec_submitit(s, st, cfg, scfg, where=where)
+        if executor == "ray":
             from opatlas.run.ray_executor import RayConfig, run_spec_ray
 
             rcfg = RayConfig(address=address, devices_per_task=devices_per_task, chunk=chunk,
                              resource=ray_resource)
-            summary = run_spec_ray(s, st, cfg, rcfg, parts=parts, part=part, where=where)
-        else:
-            summary = run_spec(s, st, cfg, parts=parts, part=part, where=where)
+            return run_spec_ray(s, st, cfg, rcfg, parts=parts, part=part, where=where)
+        return run_spec(s, st, cfg, parts=parts, part=part, where=where)
+
+    try:
+        with store_for_writing(store) as st:  # a store it made but did not fill is removed
+            summary = execute(st)
+    except KeyboardInterrupt:
+        recorded = _recorded(store)
+        typer.echo(f"opatlas: interrupted; {recorded} result row(s) kept in {store}"
+                   + ("; run the same command again to resume" if recorded else ""), err=True)
+        raise typer.Exit(130) from None
     stats = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "nothing to run"
     typer.echo(f"{s.name}: {summary.total} vectors; {summary.skipped} already in the store; "
                f"ran {summary.ran} ({stats}) in {summary.elapsed_s:.1f} s "
@@ -121,6 +133,15 @@ def run(
     for line in node_lines(summary):
         typer.echo(line)
     typer.echo(f"store: {store.resolve()}")
+
+
+def _recorded(store: Path) -> int:
+    if not store.exists():
+        return 0
+    from opatlas.store import Store
+
+    with Store(store, read_only=True) as st:
+        return st.count()
 
 
 def key_values(items: list[str] | None, flag: str) -> dict[str, str]:

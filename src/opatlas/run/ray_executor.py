@@ -469,10 +469,10 @@ class RayDispatcher:
 
     def _shutdown_workers(self) -> None:
         if self.starting:
-            print(f"opatlas: note: {len(self.starting)} Ray worker(s) were still waiting for a "
-                  f"device when the work ran out (a node that left, or devices held by another "
-                  f"job); if they hold another device type, run again to measure it there",
-                  file=sys.stderr)
+            seen = ", ".join(self.groups) or "no device yet"
+            print(f"opatlas: note: the work for {seen} ran out while {len(self.starting)} more "
+                  f"Ray worker(s) were still starting; if they hold another device type, run "
+                  f"the same command again to measure it there", file=sys.stderr)
         handles = [s.handle for s in self.slots.values()] + list(self.starting.values())
         closing = [s.handle.close.remote() for s in self.slots.values()]
         if closing:

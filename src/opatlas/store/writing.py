@@ -1,0 +1,34 @@
+"""A store opened by a command that writes to it, and cleaned up when that command fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from opatlas.store.db import Store
+
+
+@contextmanager
+def store_for_writing(path: Path) -> Iterator[Store]:
+    """The store at ``path``, opened for writing. One this command created is removed again
+    when the command fails or is interrupted before recording anything (a run whose cluster
+    cannot be reached, an import that adds nothing, leave no empty store behind); a store
+    holding results is always kept."""
+    existed = path.exists()
+    try:
+        with Store(path) as st:
+            yield st
+    except BaseException:
+        if not existed and _empty(path):
+            for leftover in (path, path.with_name(path.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+
+
+def _empty(path: Path) -> bool:
+    try:
+        with Store(path, read_only=True) as st:
+            return st.count() == 0
+    except Exception:  # unreadable: not ours to judge, keep it
+        return False
