@@ -191,3 +191,37 @@ def test_run_help_names_every_backends_options():
 
     text = " ".join(CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output.split())
     assert "cpu: threads=N" in text and "timing=events|profiler" in text and "params=FILE" in text
+
+
+def test_predicting_a_value_never_measured_is_said_and_refused_under_strict(tmp_path):
+    """A store measuring linear at roles qkv and ffn_up only, asked for role=vocab."""
+    import warnings
+
+    from opatlas.predict import Predictor
+    from opatlas.predict.predictor import UnmeasuredValueWarning
+    from opatlas.store import ResultRow, Store
+
+    store = tmp_path / "lin.duckdb"
+    rows = []
+    for i, (role, b, l, dim) in enumerate((r, b, l, d) for r in ("qkv", "ffn_up")
+                                          for b in (1, 2) for l in (64, 128, 256)
+                                          for d in (128, 256, 512)):
+        params = {"b": b, "l": l, "dim": dim, "role": role, "dtype": "fp32"}
+        rows.append(ResultRow(f"v{i}", "linear", json.dumps(params), "fwd", "cpu", "MYCPU",
+                              "fp32", "ok", repeats=3, median_ns=1e3 * b * l * dim / 64))
+    with Store(store) as st:
+        st.add_results(rows)
+    shape = {"b": 1, "l": 64, "dim": 256}
+    pred = Predictor(device="MYCPU", dtype="fp32", data=str(store), cache_dir=tmp_path / "c")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pred.predict("linear", {**shape, "role": "qkv"})
+        assert not [w for w in caught if issubclass(w.category, UnmeasuredValueWarning)]
+        pred.predict("linear", {**shape, "role": "vocab"})
+    said = [str(w.message) for w in caught if issubclass(w.category, UnmeasuredValueWarning)]
+    assert said == ["linear: role 'vocab' was never measured (the data has ffn_up, qkv): the "
+                    "prediction extrapolates from the op's counts (--strict refuses)"]
+    strict = Predictor(device="MYCPU", dtype="fp32", data=str(store), cache_dir=tmp_path / "c",
+                       strict=True)
+    with pytest.raises(OpatlasError, match="--strict refuses to extrapolate"):
+        strict.predict("linear", {**shape, "role": "vocab"})

@@ -156,6 +156,8 @@ def predict(
     recipe: str = typer.Option("hybrid", "--recipe"),
     data: str = typer.Option("bundled", "--data"),
     as_json: bool = typer.Option(False, "--json"),
+    strict: bool = typer.Option(False, "--strict", help="Refuse a shape naming a value (a "
+                                                        "linear's role ...) never measured."),
 ) -> None:
     """Predict an op's forward and backward time at one shape (models fitted on first use).
 
@@ -169,7 +171,7 @@ def predict(
     if recipe not in RECIPES:
         raise OpatlasError(f"--recipe {recipe!r}: one of {', '.join(RECIPES)}")
     params = parse_shape(op, shape)
-    pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data)
+    pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data, strict=strict)
     pred.check_device()
     # once, outside the passes: a bad linear role is an error of its own, not "no data"
     name, columns = pred.resolve_op(op, {k: [v] for k, v in params.items()})

@@ -17,7 +17,7 @@ import platformdirs
 
 from opatlas.atomic import atomic_path, write_atomic
 
-INDEX_REVISION = "1"
+INDEX_REVISION = "2"  # 2: each group lists its named values (categories)
 
 
 def _source_path(source: str | Path) -> Path:
@@ -44,6 +44,16 @@ def fingerprint(source: str | Path) -> str:
 
 def group_key(op: str, pass_: str, device_key: str, dtype: str) -> str:
     return f"{op}|{pass_}|{device_key}|{dtype}"
+
+
+def _categories(shapes: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per named (non-numeric) parameter, such as a linear's ``role``, the values measured."""
+    seen: dict[str, set[str]] = {}
+    for s in shapes:
+        for k, v in s.items():
+            if k != "dtype" and isinstance(v, str):
+                seen.setdefault(k, set()).add(v)
+    return {k: sorted(v) for k, v in seen.items()}
 
 
 class DataIndex:
@@ -82,9 +92,11 @@ class DataIndex:
         for (op, pass_, dev, dtype), rows in frame.assign(_key=keys).groupby(
                 ["op", "pass", "_key", "dtype"], sort=True):
             rows = rows.drop(columns="_key")
-            params = sorted({k for s in rows["params_json"] for k in json.loads(s)} - {"dtype"})
+            shapes = [json.loads(s) for s in rows["params_json"]]
+            params = sorted({k for s in shapes for k in s} - {"dtype"})
             groups[group_key(op, pass_, dev, dtype)] = {"hash": data_hash(rows),
-                                                        "params": params}
+                                                        "params": params,
+                                                        "categories": _categories(shapes)}
         meta = {"fingerprint": fingerprint(self.source), "groups": groups,
                 "ops": sorted(frame["op"].unique()), "holdings": holdings(frame)}
         with atomic_path(self.dir / "samples.parquet") as tmp:

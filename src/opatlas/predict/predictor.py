@@ -3,6 +3,7 @@ cached in the model registry, evaluated on whole tables of shapes at once."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,8 +46,11 @@ class Predictor:
 
     def __init__(self, device: str = "NVIDIAA100-SXM4-80GB", dtype: str = "fp16",
                  recipe: str = "hybrid", data: str | Path = "bundled",
-                 cache_dir: str | Path | None = None) -> None:
+                 cache_dir: str | Path | None = None, strict: bool = False) -> None:
+        """``strict``: a shape naming a value the data never measured is an error."""
         self.device, self.dtype, self.recipe, self.data_source = device, dtype, recipe, data
+        self.strict = strict
+        self._said: set[tuple[str, str]] = set()
         self.registry = ModelRegistry(cache_dir)
         self.index = DataIndex(data)
         self._data: pd.DataFrame | None = None
@@ -194,6 +198,20 @@ class Predictor:
             raise OpatlasError(f"op {op!r} takes shape parameters {', '.join(need)}{optional}; "
                                f"{problem}")
 
+    def _say_unmeasured(self, op: str, pass_: str, table: Columns, device: str | None,
+                        dtype: str | None) -> None:
+        """A named value outside the data (``role=vocab`` where only qkv was measured): the
+        model extrapolates from the op's counts alone; said once per op and value."""
+        group = self.index.group(op, pass_, device_key(device or self.device),
+                                 dtype or self.dtype) or {}
+        for text in _unmeasured(group.get("categories") or {}, table):
+            if (op, text) not in self._said:
+                self._said.add((op, text))
+                if self.strict:
+                    raise OpatlasError(f"{op}: {text}; --strict refuses to extrapolate to it")
+                warnings.warn(f"{op}: {text}: the prediction extrapolates from the op's "
+                              f"counts (--strict refuses)", UnmeasuredValueWarning, stacklevel=3)
+
     def predict(self, op: str, shapes: pd.DataFrame | Columns | Mapping[str, Any]
                 | Sequence[Mapping], *, device: str | None = None, dtype: str | None = None,
                 pass_: str = "fwd") -> np.ndarray:
@@ -202,10 +220,26 @@ class Predictor:
         name, table = self.resolve_op(op, as_columns(shapes))
         model = self.model(name, pass_, device, dtype)
         self.check_shape(name, list(table), pass_, device, dtype)
+        self._say_unmeasured(name, pass_, table, device, dtype)
         first, codes = distinct_rows(table)
         if len(first) == n_rows(table):
             return model.predict(table)
         return model.predict(take(table, first))[codes]
+
+
+class UnmeasuredValueWarning(UserWarning):
+    """A shape names a value (a linear's role ...) the op was never measured at."""
+
+
+def _unmeasured(categories: Mapping[str, Sequence[str]], table: Columns) -> list[str]:
+    out = []
+    for key, known in categories.items():
+        if key in table:
+            new = sorted({str(v) for v in np.asarray(table[key]).tolist()} - set(known))
+            if new:
+                out.append(f"{key} {', '.join(map(repr, new))} was never measured (the data "
+                           f"has {', '.join(known)})")
+    return out
 
 
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
