@@ -180,3 +180,26 @@ def test_detail_shows_a_measurements_spread():
     text = _run(AnalyzerApp(a), steps)
     assert "std_s" in text and "10.0 µs" in text and "repeats" in text
     assert "bound" in text and "2.00x its bound: limited by compute" in text
+
+
+def test_the_summarys_tables_have_a_screen():
+    from textual.widgets import DataTable, TabbedContent
+
+    from opatlas.analyze.tables import detail_tables
+    from opatlas.analyze.tui import TablesScreen
+
+    a = _analysis()
+    a.summary["epoch_summary"] = [{"epoch": 0, "pipeline_cycles": 100, "util": 36.6},
+                                  {"epoch": 1, "pipeline_cycles": 200, "util": 27.4}]
+    a.summary["bounds"] = {"orojenesis": 6, "not_comparable": 27}
+
+    async def steps(app, pilot):
+        await pilot.press("t")
+        assert isinstance(app.screen, TablesScreen)
+        assert app.screen.query_one(TabbedContent).tab_count == len(detail_tables(a)) == 2
+        epochs = app.screen.query_one("#table-0", DataTable)
+        assert epochs.row_count == 2 and str(epochs.get_row_at(1)[2]) == "27.4"
+        await pilot.press("s")
+        assert isinstance(app.screen, SummaryScreen)
+        return True
+    assert _run(AnalyzerApp(a), steps)

@@ -39,7 +39,9 @@ def test_reblock_bad_grid_or_strategy_is_one_line(capsys, option, value, expecte
 def test_reblock_readme_example_still_works(capsys):
     code, out, err = cli_in_process(capsys, "reblock", *README_REBLOCK)
     assert code == 0, err
-    assert '"producer": "1x7"' in out and '"consumer": "1x2"' in out
+    # the grids come back in the notation they were given in, and it is named
+    assert '"producer": "7x1"' in out and '"consumer": "2x1"' in out
+    assert '"grid_notation": "rows x columns"' in out
 
 
 # 2. collectives: checked before any worker is launched

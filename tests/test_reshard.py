@@ -316,7 +316,8 @@ def test_reblocking_view_of_the_pybuda_example():
     assert one_to_one.predicted_ns < r.predicted_ns
     out = json.loads(run_cli("reblock", "--producer", "7x1", "--consumer", "2x1", "--height",
                              "14", "--width", "4", "--rows-first", check=True).stdout)
-    assert out["fan_in"] == 4 and out["producer"] == "1x7"
+    assert out["fan_in"] == 4 and out["producer"] == "7x1"
+    assert out["grid_notation"] == "rows x columns"
 
 
 @pytest.mark.slow

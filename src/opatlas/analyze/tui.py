@@ -1,8 +1,9 @@
 """The terminal app (Textual), PyBuda Perf Analyzer's layout and keys: a summary screen, a
 per-stage (epoch, device) op table sorted slowest first, an op detail screen.
 
-Keys (lowercase, as bound below): s summary, e stage table, n/p next/previous stage, f full op
-names, r reload, h help, q quit, arrows and j/k to move, Enter for a stage's table (summary) or
+Keys (lowercase, as bound below): s summary, e stage table, t the summary's tables (per-epoch
+summary, per-op-code totals ...), n/p next/previous stage, f full op names, r reload, h help,
+q quit, arrows and j/k to move, Enter for a stage's table (summary) or
 an op's detail, Esc back (from the detail also Backspace), < and > (or a header click) to sort
 by another column (again: reverse), [ and ] for the previous/next page of a big table."""
 
@@ -15,10 +16,11 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 
 from opatlas.analyze.model import Analysis, Column
 from opatlas.analyze.tables import (
+    detail_tables,
     fmt,
     fmt_seconds,
     group_summary,
@@ -35,6 +37,7 @@ STYLE = {"good": "bold green", "warn": "bold yellow", "bad": "bold red"}
 HELP = """[b]opatlas analyze[/b] — keys (lowercase)
 
   [b]s[/b]  summary            [b]e[/b]  stage / epoch / device op table
+  [b]t[/b]  the summary's tables (per-epoch summary, per-op-code totals, top ops ...)
   [b]n[/b]  next stage         [b]p[/b]  previous stage
   [b]f[/b]  full op names      [b]r[/b]  reload the source
   [b]↑ ↓ j k[/b]  move         [b]Enter[/b]  the stage's table (summary), the op's detail (table)
@@ -252,6 +255,34 @@ class DetailScreen(ModalScreen):
         return out
 
 
+class TablesScreen(Screen):
+    """The summary's own tables (``detail_tables``), one tab each."""
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        details = detail_tables(self.app.analysis)  # type: ignore[attr-defined]
+        if not details:
+            yield Static("no further tables in this analysis", id="cards")
+        else:
+            with TabbedContent():
+                for i, d in enumerate(details):
+                    title = d["title"] + (f" (first {len(d['rows'])} of {d['total']})"
+                                          if d["total"] > len(d["rows"]) else "")
+                    with TabPane(title, id=f"tab-{i}"):
+                        yield DataTable(id=f"table-{i}", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        a: Analysis = self.app.analysis  # type: ignore[attr-defined]
+        self.title, self.sub_title = "the summary's tables", f"{a.source.kind}: {a.source.path}"
+        for i, d in enumerate(detail_tables(a)):
+            table = self.query_one(f"#table-{i}", DataTable)
+            keys = list(dict.fromkeys(k for r in d["rows"] for k in r))
+            table.add_columns(*keys)
+            for r in d["rows"]:
+                table.add_row(*(styled(r.get(k), None) for k in keys))
+
+
 class HelpScreen(ModalScreen):
     BINDINGS: ClassVar = [Binding("escape", "app.pop_screen", "back"),
                           Binding("h", "app.pop_screen", "back", show=False)]
@@ -272,8 +303,8 @@ class AnalyzerApp(App):
                      background: $surface; padding: 1 2; overflow-y: auto; }
     """
     BINDINGS: ClassVar = [Binding("s", "summary", "summary"), Binding("e", "stage", "stage"),
-                          Binding("r", "reload", "reload"), Binding("h", "help", "help"),
-                          Binding("q", "quit", "quit")]
+                          Binding("t", "tables", "tables"), Binding("r", "reload", "reload"),
+                          Binding("h", "help", "help"), Binding("q", "quit", "quit")]
 
     def __init__(self, analysis: Analysis, reload_args: dict[str, Any] | None = None) -> None:
         super().__init__()
@@ -301,6 +332,10 @@ class AnalyzerApp(App):
         else:
             self.switch_screen(StageScreen())
 
+    def action_tables(self) -> None:
+        if not isinstance(self._main_screen(), TablesScreen):
+            self.switch_screen(TablesScreen())
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
@@ -320,4 +355,6 @@ class AnalyzerApp(App):
         screen = self._main_screen()
         if isinstance(screen, SummaryScreen | StageScreen):
             screen.refresh_data()
+        elif isinstance(screen, TablesScreen):
+            self.switch_screen(TablesScreen())
         self.notify("reloaded")

@@ -108,4 +108,8 @@ def reblock(
         if not is_tilable(height, width, *g, strategy):
             raise OpatlasError(f"{height}x{width} tiles cannot be {strategy}-sharded on grid "
                                f"{g[0]}x{g[1]} (columns x rows) in whole tiles")
-    typer.echo(json.dumps(view(height, width, grids[0], grids[1], strategy).as_json()))
+    out = view(height, width, grids[0], grids[1], strategy).as_json()
+    if rows_first:  # the grids back in the notation they were given in
+        out["producer"], out["consumer"] = (f"{g[1]}x{g[0]}" for g in grids)
+    out["grid_notation"] = "rows x columns" if rows_first else "columns x rows"
+    typer.echo(json.dumps(out))
