@@ -242,13 +242,20 @@ def test_mixtral_as_megatron_args_equals_the_bundled_yaml():
             "--overlap-grad-reduce --ddp-bucket-size 13107200 --moe-token-dispatcher-type "
             "alltoall --moe-grouped-gemm --moe-aux-loss-coeff 1e-2")
     from_args = load_inputs(megatron_args=args, gpus=128, sets=["cluster.preset=dgx-h100"])
-    from_yaml = load_config("mixtral-8x7b")
+    # Megatron-LM under bf16 keeps its gradients in fp32 (main_grad): said, and the only
+    # difference from the bundled YAML
+    assert from_args.config.training.grads_fp32
+    assert any("gradients accumulated and reduced in fp32" in n for n in from_args.notes)
+    plain = load_config("mixtral-8x7b")
+    from_yaml = load_inputs("mixtral-8x7b", sets=["training.grads_fp32=true"]).config
     assert from_args.config.model.model_dump(exclude={"name"}) == \
         from_yaml.model.model_dump(exclude={"name"})
     assert from_args.config.parallel == from_yaml.parallel
     a, y = estimate_step(from_args.config).as_json(), estimate_step(from_yaml).as_json()
     a.pop("model"), y.pop("model")
     assert a == y
+    half = estimate_step(plain).as_json()["memory_breakdown_gib"]["gradients"]
+    assert a["memory_breakdown_gib"]["gradients"] == pytest.approx(2 * half)  # 4 bytes, not 2
     # without the padding multiple, Megatron pads 32,000 to a multiple of 128·tp = 512
     padded = megatron_config(args.replace("--make-vocab-size-divisible-by 64 ", ""), gpus=128)
     assert padded.config["model"]["vocab"] == 32256

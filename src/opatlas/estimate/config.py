@@ -87,6 +87,14 @@ class TrainingConfig(_Strict):
     micro_batch: int = Field(default=1, gt=0)
     dtype: Literal["fp16", "bf16", "fp32"] = "bf16"
     optimizer: Literal["adamw"] = "adamw"
+    grads_fp32: bool = Field(
+        default=False, description="gradients accumulated and reduced in fp32 (Megatron-LM "
+                                   "under bf16, or --accumulate-allreduce-grads-in-fp32): 4 "
+                                   "bytes a parameter in memory and on the wire")
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 if self.grads_fp32 or self.dtype == "fp32" else 2
 
 
 class ParallelConfig(_Strict):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from opatlas.estimate.config import ClusterConfig, OpsConfig, ParallelConfig, TrainingConfig
+from opatlas.estimate.presets import preset_for_device
 
 # the keys worth naming when they come from the defaults, and how to change them
 _SECTIONS: dict[str, tuple[type, tuple[str, ...], str]] = {
@@ -32,8 +33,10 @@ def assumed_defaults(raw: dict[str, Any], search: bool = False) -> list[str]:
         missing = [k for k in keys if k not in given]
         if section == "ops" and given.get("mode", model.model_fields["mode"].default) == "data":
             missing = [k for k in missing if k == "mode"]  # efficiencies only shape the roofline
-        if section == "cluster" and given.get("nccl_data"):
-            missing = [k for k in missing if not k.endswith("_bw_gbps")]  # measured instead
+        if section == "cluster" and (given.get("nccl_data") or (
+                "device" in given and preset_for_device(given["device"]) is not None)):
+            # measured instead, or the device's own system's links (said by device_links)
+            missing = [k for k in missing if not k.endswith("_bw_gbps")]
         if search and section in _SEARCHED:
             searched = _SEARCHED[section]
             missing = [] if searched is None else [k for k in missing if k not in searched]

@@ -290,23 +290,28 @@ def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
     return dev[busiest], per_device, per_device[busiest] * expert
 
 
-def _dp_comm(comm: AlphaBeta, c: TrainConfig, grads: float, ranks: int, stride: int,
+def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride: int,
              nmb: int) -> tuple[float, float, int]:
-    """(gradient reduction, parameter gathering, buckets) of ``grads`` bytes over a
-    data-parallel group of ``ranks`` spaced ``stride`` apart, per ZeRO stage."""
+    """(gradient reduction, parameter gathering, buckets) of ``params`` parameters over a
+    data-parallel group of ``ranks`` spaced ``stride`` apart, per ZeRO stage. Gradients travel
+    at their own width (fp32 where they are accumulated so), parameters at 16 bits. ZeRO-2 and
+    3 keep only their shard of the gradients, so each micro-batch's are reduce-scattered as
+    its backward makes them; ZeRO-3 also gathers the weights for every forward and backward."""
     p, gpn = c.parallel, c.cluster.gpus_per_node
+    grads, weights = c.training.grad_bytes * params, 2.0 * params
     buckets = max(1, math.ceil(grads / (p.bucket_mb * 2**20)))
 
-    def coll(op: str) -> float:
-        return buckets * _coll(comm, op, grads / buckets, ranks, stride, gpn)
+    def coll(op: str, nbytes: float) -> float:
+        return buckets * _coll(comm, op, nbytes / buckets, ranks, stride, gpn)
 
     if p.zero == 0:
-        return coll("all_reduce"), 0.0, buckets
+        return coll("all_reduce", grads), 0.0, buckets
     if p.zero == 1:
-        return coll("all_reduce"), coll("all_gather"), buckets
+        return coll("all_reduce", grads), coll("all_gather", weights), buckets
     if p.zero == 2:
-        return coll("reduce_scatter"), coll("all_gather"), buckets
-    return coll("reduce_scatter"), 2 * nmb * coll("all_gather"), buckets
+        return nmb * coll("reduce_scatter", grads), coll("all_gather", weights), buckets
+    return (nmb * coll("reduce_scatter", grads), 2 * nmb * coll("all_gather", weights),
+            buckets)
 
 
 def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
@@ -395,34 +400,58 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
 
 def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: float, nmb: int,
               backward_window: float, compute_window: float) -> list[StepItem]:
-    """The exposed data-parallel traffic: gradient bytes per data-parallel group (ranks,
+    """The data-parallel traffic: gradients and parameters per data-parallel group (ranks,
     stride), the dense ones over all dp ranks, the experts' over the dp/ep ranks holding them
-    (the same group when ep = 1). With overlap, the gradient reduction hides behind the last
-    micro-batch's backward (``backward_window``) but for its last bucket, and ZeRO-3's
-    parameter gathers behind the step's compute (``compute_window``)."""
+    (the same group when ep = 1). With overlap, a gradient reduction hides behind the backward
+    that makes it (``backward_window``: one micro-batch's; ZeRO-2/3 reduce after every
+    micro-batch) but for its last bucket, and ZeRO-3's parameter gathers behind the step's
+    compute (``compute_window``). Each row's time is what stays exposed; ``overlapped_s`` in
+    its shape is what the overlap hid, so hidden traffic is still listed."""
     p = c.parallel
-    groups = {(p.dp, p.tp): 2.0 * (params_dev - experts_dev)}
+    groups = {(p.dp, p.tp): params_dev - experts_dev}
     key = (p.dp // p.ep, p.tp * p.ep)
-    groups[key] = groups.get(key, 0.0) + 2.0 * experts_dev
-    parts = [_dp_comm(comm, c, g, ranks, stride, nmb) for (ranks, stride), g in groups.items()]
+    groups[key] = groups.get(key, 0.0) + experts_dev
+    parts = [_dp_comm(comm, c, n, ranks, stride, nmb) for (ranks, stride), n in groups.items()]
     grad_comm, param_comm, buckets = (sum(x) for x in zip(*parts, strict=True))
+    reductions = nmb if p.zero >= 2 else 1
+    grad_shown, param_shown = grad_comm, param_comm
     if p.dp_overlap and p.dp > 1:
-        grad_comm = max(grad_comm - backward_window, grad_comm / buckets)
+        grad_shown = max(grad_comm - reductions * backward_window,
+                         grad_comm / buckets)  # the last bucket of each reduction
         if p.zero == 3:
-            param_comm = max(0.0, param_comm - compute_window)
-    grads = sum(groups.values())
+            param_shown = max(0.0, param_comm - compute_window)
+        # both share the data-parallel links: what they carry beyond the step's compute time
+        # cannot hide, however well each overlaps on its own
+        beyond = grad_comm + param_comm - compute_window - grad_shown - param_shown
+        if beyond > 0:
+            if p.zero == 3:
+                param_shown += beyond
+            else:
+                grad_shown += beyond
+    params = sum(groups.values())
     gathers = buckets * (2 * nmb if p.zero == 3 else 1)
-    return (comm_item("all_reduce" if p.zero <= 1 else "reduce_scatter", "dp_comm", buckets,
-                      grad_comm / buckets, {"bytes": grads, "ranks": p.dp, "role": "gradients"})
-            + comm_item("all_gather", "dp_comm", gathers, param_comm / gathers,
-                        {"bytes": grads, "ranks": p.dp, "role": "parameters"}))
+    return (_dp_item("all_reduce" if p.zero <= 1 else "reduce_scatter", buckets * reductions,
+                     grad_comm, grad_shown, {"bytes": c.training.grad_bytes * params,
+                                             "ranks": p.dp, "role": "gradients"})
+            + _dp_item("all_gather", gathers, param_comm, param_shown,
+                       {"bytes": 2.0 * params, "ranks": p.dp, "role": "parameters"}))
+
+
+def _dp_item(name: str, calls: float, total_s: float, exposed_s: float,
+             shape: dict[str, Any]) -> list[StepItem]:
+    """A data-parallel row: nothing for a group of one rank (no traffic at all)."""
+    if calls <= 0 or total_s <= 0:
+        return []
+    return [StepItem(name, "comm", "dp_comm", calls, exposed_s,
+                     {**shape, "overlapped_s": total_s - exposed_s})]
 
 
 def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: list[int],
             sched: Schedule) -> Memory:
     m, p = c.model, c.parallel
-    dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero)
-    experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero)  # ZeRO shards over dp/ep
+    g = c.training.grad_bytes
+    dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero, grad_bytes=g)
+    experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero, grad_bytes=g)  # over dp/ep
     states = {k: dense[k] + experts[k] for k in dense}
     per_layer = activation_bytes_per_layer(m, c.training.micro_batch, p.tp, p.sequence_parallel,
                                            p.recompute, flash=m.attention == "flash")

@@ -429,7 +429,15 @@ def _training(a: _Args, dp: int, notes: list[str]) -> dict[str, Any]:
     dtype = "bf16" if a.switch("bf16") else "fp16" if a.switch("fp16") else "fp32"
     if dtype == "fp32":
         notes.append("neither --bf16 nor --fp16: fp32 training")
-    return {"global_batch": global_batch, "micro_batch": micro, "dtype": dtype}
+    # Megatron-LM accumulates and reduces gradients in fp32 under bf16 (it forces
+    # --accumulate-allreduce-grads-in-fp32), and under fp16 when the flag is given
+    grads_fp32 = dtype == "bf16" or a.switch("accumulate-allreduce-grads-in-fp32")
+    if grads_fp32 and dtype != "fp32":
+        notes.append("gradients accumulated and reduced in fp32 (Megatron-LM's main_grad "
+                     "under " + ("bf16" if dtype == "bf16" else
+                                 "--accumulate-allreduce-grads-in-fp32") + ")")
+    return {"global_batch": global_batch, "micro_batch": micro, "dtype": dtype,
+            "grads_fp32": grads_fp32}
 
 
 def _parallel(a: _Args, model: dict[str, Any], tp: int, gpus: int | None,

@@ -11,13 +11,16 @@ from opatlas.estimate.config import ModelConfig
 K_ADAM = 12  # fp32 master weights, momentum, variance
 
 
-def model_state_bytes(params: float, dp: int, zero: int, weight_bytes: int = 2) -> dict[str, float]:
+def model_state_bytes(params: float, dp: int, zero: int, weight_bytes: int = 2,
+                      grad_bytes: int = 2) -> dict[str, float]:
     """Bytes per GPU of weights, gradients and optimizer states for ``params`` parameters held
     by this GPU before ZeRO partitioning: stage 1 shards the optimizer states, stage 2 also the
-    gradients, stage 3 also the weights (Rajbhandari et al., 2020, Fig. 1)."""
+    gradients, stage 3 also the weights (Rajbhandari et al., 2020, Fig. 1). ``grad_bytes`` 4:
+    gradients accumulated in fp32 (Megatron-LM under bf16: 6 + 12/d bytes a parameter with its
+    distributed optimizer)."""
     shard = lambda on: dp if on else 1  # noqa: E731
     return {"weights": weight_bytes * params / shard(zero >= 3),
-            "gradients": weight_bytes * params / shard(zero >= 2),
+            "gradients": grad_bytes * params / shard(zero >= 2),
             "optimizer": K_ADAM * params / shard(zero >= 1)}
 
 

@@ -21,9 +21,11 @@ def label(e: Estimate) -> str:
 
 
 def layout_label(c: TrainConfig) -> str:
+    """Every searched key a layout sets, so that a row can be reproduced with --set: ``v2`` the
+    interleaved schedule's chunks, ``sp`` sequence parallelism."""
     p = c.parallel
     return (f"dp{p.dp} tp{p.tp} pp{p.pp}" + (f"v{p.virtual_stages}" if p.virtual_stages > 1 else "")
-            + (f" ep{p.ep}" if p.ep > 1 else "")
+            + (f" ep{p.ep}" if p.ep > 1 else "") + (" sp" if p.sequence_parallel else "")
             + f"\nmb{c.training.micro_batch} z{p.zero} {p.recompute}")
 
 

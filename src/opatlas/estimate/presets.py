@@ -69,3 +69,37 @@ def apply_preset(cluster: dict[str, Any], file: str | None = None,
                      + (f" (given explicitly: {', '.join(explicit)})" if explicit else "")
                      + f" — {preset.source}")
     return {**preset.fields(), **explicit}
+
+
+LINK_KEYS = ("intra_bw_gbps", "inter_bw_gbps")
+
+
+def preset_for_device(device: Any) -> tuple[str, Preset] | None:
+    """The preset built around ``device`` (any name the catalog resolves to the same GPU)."""
+    from opatlas.devices import find_device
+
+    wanted = find_device(str(device).replace(" ", ""))
+    if wanted is None:
+        return None
+    for name, preset in PRESETS.items():
+        if find_device(preset.device) is wanted:
+            return name, preset
+    return None
+
+
+def device_links(cluster: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
+    """``cluster`` naming a device but not its links: the links of that GPU's own system (the
+    A100's DGX A100 ...), said in a note, instead of the defaults (an H100's)."""
+    missing = [k for k in LINK_KEYS if k not in cluster]
+    if "device" not in cluster or "preset" in cluster or cluster.get("nccl_data") or not missing:
+        return cluster
+    found = preset_for_device(cluster["device"])
+    if found is None:
+        return cluster
+    name, preset = found
+    links = {k: getattr(preset, k) for k in missing}
+    if notes is not None:
+        notes.append(f"cluster links of the {cluster['device']}'s own system ({name} preset): "
+                     + ", ".join(f"cluster.{k} = {v}" for k, v in links.items())
+                     + "; --set cluster.KEY=VALUE to change")
+    return {**cluster, **links}

@@ -10,7 +10,7 @@ from typing import Any
 
 from opatlas.errors import SpecError
 from opatlas.estimate.hf import bundled_hf, hf_model_name, map_hf_config, read_hf_config
-from opatlas.estimate.presets import apply_preset
+from opatlas.estimate.presets import apply_preset, device_links
 
 # Without a batch size in the input, a Hugging Face model is estimated at about 4 Mi tokens
 # per optimizer step (the order of the batches Llama 3 and its peers were trained with).
@@ -66,4 +66,6 @@ def resolve_sources(data: dict[str, Any], base: Path, notes: list[str] | None = 
     cluster = data.get("cluster")
     if isinstance(cluster, dict) and "preset" in cluster:
         data = {**data, "cluster": apply_preset(cluster, str(base), notes)}
+    elif isinstance(cluster, dict):
+        data = {**data, "cluster": device_links(cluster, notes)}
     return data
