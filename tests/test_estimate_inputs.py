@@ -99,7 +99,6 @@ def test_model_hf_in_a_yaml_with_explicit_fields_winning(tmp_path):
      "multi-head latent attention"),
     ({"model_type": "bert"}, "model_type", "unsupported architecture"),
     ({"model_type": "llama", "hidden_size": None}, "hidden_size", "missing"),
-    ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window", "sliding-window"),
 ])
 def test_unsupported_hf_configs_are_refused_naming_the_field(tmp_path, extra, key, message):
     base = json.loads((REPO / "src/opatlas/data/hf/llama-3.1-8b.json").read_text())
@@ -108,6 +107,22 @@ def test_unsupported_hf_configs_are_refused_naming_the_field(tmp_path, extra, ke
     with pytest.raises(SpecError, match=message) as info:
         load_config(p)
     assert info.value.key == key and info.value.file == str(p)
+
+
+def test_a_sliding_window_caps_the_default_sequence_and_refuses_a_longer_one(tmp_path):
+    base = json.loads((REPO / "src/opatlas/data/hf/llama-3.1-8b.json").read_text())
+    hf = tmp_path / "mistral" / "config.json"
+    hf.parent.mkdir()
+    hf.write_text(json.dumps({**base, "model_type": "mistral", "sliding_window": 4096,
+                              "max_position_embeddings": 32768}))
+    notes: list[str] = []
+    assert load_config(hf, notes).model.seq_len == 4096  # not max_position_embeddings
+    assert any("model.seq_len = sliding_window = 4096" in n for n in notes)
+    y = tmp_path / "run.yml"
+    y.write_text("model: {hf: mistral, seq_len: 8192}\ntraining: {global_batch: 64}\n")
+    with pytest.raises(SpecError, match="sliding-window attention over 4096") as info:
+        load_config(y)
+    assert info.value.key == "sliding_window"
 
 
 # --- Megatron-LM arguments ----------------------------------------------------------------
@@ -398,3 +413,51 @@ def test_cli_bad_inputs_get_one_line_and_exit_2(tmp_path, capsys):
         code, _, err = cli_in_process(capsys, *args)
         assert code == 2 and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_estimate_says_what_it_would_otherwise_do_silently(tmp_path, capsys):
+    code, out, err = cli_in_process(capsys, "estimate", "llama2-7b", "--top", "3")
+    assert code == 0 and "--top ranks the layouts of --search; ignored without it" in err
+    code, out, err = cli_in_process(capsys, "estimate", "llama2-7b", "--tokens", "1K")
+    assert "--tokens 1K rounded up to 1 whole step(s) of 4.19M tokens" in err
+    hf = tmp_path / "config.json"
+    hf.write_text((REPO / "src/opatlas/data/hf/llama-3.1-8b.json").read_text())
+    code, out, err = cli_in_process(capsys, "estimate", str(hf), "--json")
+    said = json.loads(out)["assumptions"]
+    assert said and all(f"note: {n}" in err for n in said)  # --json carries what stderr says
+
+
+def test_a_layout_that_does_not_fit_is_refused_under_strict(capsys):
+    args = ("estimate", "llama2-70b", "--set", "parallel.tp=1", "--set", "parallel.pp=1",
+            "--set", "parallel.dp=64")
+    code, out, err = cli_in_process(capsys, *args, "--json")
+    assert code == 0 and json.loads(out)["fits"] is False and "out of memory" in err
+    code, _, err = cli_in_process(capsys, *args, "--strict")
+    one_error = [ln for ln in err.splitlines() if ln.startswith("opatlas: error")]
+    assert code == 2 and len(one_error) == 1 and "out of memory" in one_error[0]
+
+
+def test_megatron_repeats_and_default_query_groups_are_said():
+    run = megatron_config("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+                          "--group-query-attention --tensor-model-parallel-size 8 "
+                          "--tensor-model-parallel-size 4 --vocab-size 32000 --seq-length 2048 "
+                          "--max-position-embeddings 2048 --micro-batch-size 1 "
+                          "--global-batch-size 8", gpus=8)
+    text = " ".join(run.notes)
+    assert "--tensor-model-parallel-size is given more than once: the last one (4)" in text
+    assert run.config["parallel"]["tp"] == 4
+    assert "one key/value group" in text and run.config["model"]["kv_heads"] == 1
+
+
+def test_unknown_yaml_keys_name_what_the_section_takes(tmp_path):
+    y = tmp_path / "bad.yml"
+    y.write_text("model: {name: m, layers: 8, hidden: 1024, heads: 16, seq_len: 2048, "
+                 "tie_embeddings: true}\ntraining: {global_batch: 64}\n")
+    with pytest.raises(SpecError, match="did you mean 'tied_embeddings'") as info:
+        load_config(y)
+    assert info.value.key == "model.tie_embeddings" and "model takes name, layers" in str(info.value)
+
+
+def test_a_set_inside_a_section_rule_is_named():
+    with pytest.raises(SpecError, match=r"with --set model\.hidden=4095"):
+        load_inputs("llama2-7b", sets=["model.hidden=4095"])

@@ -147,3 +147,19 @@ def test_an_estimate_of_qwen3_4b_from_the_command_line(tmp_path):
     wrong.write_text(json.dumps({**json.loads(path.read_text()), "head_dim": 0}))
     with pytest.raises(SpecError, match="head_dim"):
         load_config(wrong)
+
+
+@pytest.mark.parametrize(("attention_bias", "mlp_bias", "extra"), [
+    (False, True, (2 * 8192 + 2048) * 16),             # gate, up and down biases
+    (True, False, (2048 + 2 * 512 + 2048) * 16),       # q, k, v and o biases
+    (True, True, (2 * 8192 + 2048 + 2048 + 2 * 512 + 2048) * 16)])
+def test_llama_attention_and_mlp_biases_count_apart(attention_bias, mlp_bias, extra):
+    # Llama-3.2-1B's shape: 16 layers, hidden 2048, 32 heads of 64, 8 KV heads, FFN 8192
+    cfg = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
+           "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True}
+    plain = ModelConfig(**map_hf_config(cfg, "1b.json").fields)
+    biased = ModelConfig(**map_hf_config({**cfg, "attention_bias": attention_bias,
+                                          "mlp_bias": mlp_bias}, "1b.json").fields)
+    assert pm.total_params(plain) == pytest.approx(1.236e9, rel=0.001)  # Llama 3.2 1B
+    assert pm.total_params(biased) - pm.total_params(plain) == extra

@@ -25,7 +25,8 @@ def estimate(
                                      help="Stacked-bar plot of the breakdown."),
     do_search: bool = typer.Option(False, "--search", help="Rank the layouts of --gpus GPUs."),
     gpus: int | None = typer.Option(None, "--gpus", min=1),
-    top: int = typer.Option(10, "--top", min=1),
+    top: int | None = typer.Option(None, "--top", min=1,
+                                   help="How many layouts --search shows (default 10)."),
     analytical: bool = typer.Option(False, "--analytical",
                                     help="Roofline ops and alpha-beta collectives: no data."),
     megatron_args: str | None = er.MegatronOpt,
@@ -34,9 +35,11 @@ def estimate(
     tokens: str | None = er.TokensOpt,
     steps: int | None = er.StepsOpt,
     gpu_hour_price: float | None = er.PriceOpt,
-    strict: bool = typer.Option(False, "--strict", help="Data mode: an op without measured "
-                                                        "data is an error, not a roofline "
-                                                        "fallback (ops.strict)."),
+    strict: bool = typer.Option(False, "--strict", help="Every fallback is an error (data "
+                                                        "mode: an op without measured data, "
+                                                        "ops.strict; a device without a memory "
+                                                        "size), and so is a layout that does "
+                                                        "not fit in memory."),
 ) -> None:
     """Estimate the time of one optimizer step, its breakdown, throughput, MFU and memory.
 
@@ -54,8 +57,11 @@ def estimate(
     """
     from opatlas.estimate import estimate_step, search
 
-    cfg, input_steps = er.load(config, megatron_args, gpus, gpus_per_node, sets, do_search,
-                               strict)
+    cfg, input_steps, notes = er.load(config, megatron_args, gpus, gpus_per_node, sets,
+                                      do_search, strict)
+    if top is not None and not do_search:
+        typer.echo("note: --top ranks the layouts of --search; ignored without it", err=True)
+    top = 10 if top is None else top
     if strict:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
     if analytical:
@@ -72,7 +78,7 @@ def estimate(
         if er.wants_run(tokens, steps, input_steps, gpu_hour_price):
             ranked, n, oom = er.search_runs(cfg, gpus, top, tokens, steps, gpu_hour_price,
                                             input_steps, fixed)
-            er.print_search_runs(ranked, n, oom, as_json)
+            er.print_search_runs(ranked, n, oom, as_json, notes)
             if plot is not None and ranked:
                 from opatlas.estimate.plot import plot_breakdown
 
@@ -81,7 +87,7 @@ def estimate(
             return
         best, n, oom = search(cfg, gpus, top, fixed)
         if as_json:
-            typer.echo(json.dumps({"evaluated": n, "oom": oom,
+            typer.echo(json.dumps({"evaluated": n, "oom": oom, "assumptions": notes,
                                    "top": [e.as_json() for e in best]}))
         else:
             _print_search(best, n, oom)
@@ -91,6 +97,7 @@ def estimate(
             plot_breakdown(best, plot, f"{cfg.model.name}: best layouts of {gpus} GPUs")
         return
     est = estimate_step(cfg)
+    _check_fits(est, strict, as_json)
     run = er.run_of(est, tokens, steps, gpu_hour_price, input_steps) \
         if er.wants_run(tokens, steps, input_steps, gpu_hour_price) else None
     if plot is not None:
@@ -98,9 +105,25 @@ def estimate(
 
         plot_breakdown([est], plot)
     if as_json:
-        typer.echo(json.dumps({**est.as_json(), **({"run": run.as_json()} if run else {})}))
+        typer.echo(json.dumps({**est.as_json(), "assumptions": notes,
+                               **({"run": run.as_json()} if run else {})}))
         return
     _print_estimate(cfg, est, run, gpu_hour_price)
+
+
+def _check_fits(est: Any, strict: bool, as_json: bool) -> None:
+    """A layout that does not fit: an error under --strict; said on stderr for --json (the
+    text output says it in its verdict)."""
+    import math
+
+    if est.fits or not math.isfinite(est.memory_limit_gib):
+        return
+    msg = (f"the layout needs {est.memory_gib:.1f} GiB per GPU, more than the "
+           f"{est.memory_limit_gib:.0f} GiB it can use (out of memory)")
+    if strict:
+        raise OpatlasError(f"{msg}; --strict")
+    if as_json:
+        typer.echo(f"note: {msg}; --strict makes this an error", err=True)
 
 
 def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:

@@ -25,9 +25,9 @@ PriceOpt = typer.Option(None, "--gpu-hour-price", min=0.0,
 
 def load(config: str | None, megatron_args: str | None, gpus: int | None,
          gpus_per_node: int | None, sets: list[str] | None, search: bool,
-         strict: bool = False) -> tuple[Any, int | None]:
-    """(the config, the run length the input asks for); notes go to stderr. ``strict``:
-    Megatron flags that are not modelled are errors."""
+         strict: bool = False) -> tuple[Any, int | None, list[str]]:
+    """(the config, the run length the input asks for, the notes); notes also go to stderr.
+    ``strict``: Megatron flags that are not modelled are errors."""
     from opatlas.estimate.inputs import load_inputs
 
     notes: list[str] = []
@@ -38,7 +38,7 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
     finally:  # what was assumed before an error explains it
         for note in notes:
             typer.echo(f"note: {note}", err=True)
-    return inputs.config, inputs.steps
+    return inputs.config, inputs.steps, notes
 
 
 def wants_run(tokens: str | None, steps: int | None, input_steps: int | None,
@@ -72,7 +72,12 @@ def run_of(est: Any, tokens: str | None, steps: int | None, price: float | None,
     from opatlas.estimate.run import whole_run
 
     budget_tokens, budget_steps = _budget(tokens, steps, input_steps)
-    return whole_run(est, budget_tokens, budget_steps, price)
+    run = whole_run(est, budget_tokens, budget_steps, price)
+    if budget_tokens is not None and run.tokens > budget_tokens:  # said, not silently more
+        typer.echo(f"note: --tokens {_human(budget_tokens)} rounded up to {run.steps:,} whole "
+                   f"step(s) of {_human(run.tokens / run.steps)} tokens = "
+                   f"{_human(run.tokens)} tokens", err=True)
+    return run
 
 
 def _human(count: float) -> str:
@@ -104,7 +109,8 @@ def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | 
     return rank_by_run(fits, budget_tokens, budget_steps, price)[:top], n, oom
 
 
-def print_search_runs(ranked: list, n: int, oom: int, as_json: bool) -> None:
+def print_search_runs(ranked: list, n: int, oom: int, as_json: bool,
+                      assumptions: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -112,6 +118,7 @@ def print_search_runs(ranked: list, n: int, oom: int, as_json: bool) -> None:
 
     if as_json:
         typer.echo(json.dumps({"evaluated": n, "oom": oom, "ranked_by": "time to train",
+                               "assumptions": assumptions or [],
                                "top": [{**e.as_json(), "run": r.as_json()} for e, r in ranked]}))
         return
     priced = bool(ranked) and ranked[0][1].cost is not None

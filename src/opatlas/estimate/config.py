@@ -35,6 +35,8 @@ class ModelConfig(_Strict):
     rope: bool = False
     learned_positions: bool = False
     bias: bool = False
+    mlp_bias: bool | None = Field(default=None, description="biases in the FFN; the same as "
+                                                            "bias unless given")
     tied_embeddings: bool = False
     experts: int = Field(default=0, ge=0)
     top_k: int = Field(default=0, ge=0)
@@ -290,4 +292,23 @@ def validate_config(data: dict[str, Any], path: str | Path,
         # a rule across keys (heads vs tp, ...) names the keys itself: no echo of the mapping
         value = None if isinstance(value, dict) else value
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = _unknown_key(err["loc"])
         raise SpecError(msg, file=str(path), key=key, value=value) from None
+
+
+def _unknown_key(loc: tuple) -> str:
+    """A key no section takes: the keys it does take, and the nearest one."""
+    import difflib
+
+    sections: dict[str, type[BaseModel]] = {
+        "model": ModelConfig, "training": TrainingConfig, "parallel": ParallelConfig,
+        "cluster": ClusterConfig, "ops": OpsConfig}
+    section = sections.get(str(loc[0])) if len(loc) == 2 else TrainConfig
+    if section is None:
+        return "unknown key"
+    known = list(section.model_fields)
+    known += {ClusterConfig: ["preset"], ModelConfig: ["hf"]}.get(section, [])
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return (f"unknown key{f' (did you mean {near[0]!r}?)' if near else ''}; "
+            f"{'.'.join(map(str, loc[:-1])) or 'the config'} takes {', '.join(known)}")

@@ -191,12 +191,20 @@ def _attention(r: _Reader) -> dict[str, int]:
     return {"head_dim": r.int("head_dim")}
 
 
-def _sliding_window(r: _Reader, seq_len: int) -> None:
+def _window(r: _Reader) -> int | None:
+    """The sliding-window length in force, if any."""
     window = r.data.get("sliding_window")
     if window is None or r.data.get("use_sliding_window") is False:
+        return None
+    return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
+def _sliding_window(r: _Reader, seq_len: int) -> None:
+    window = _window(r)
+    if r.data.get("sliding_window") is None or r.data.get("use_sliding_window") is False:
         return
     r.read.append("sliding_window")
-    if isinstance(window, int) and window < seq_len:
+    if window is not None and window < seq_len:
         raise SpecError(f"sliding-window attention over {window} tokens, shorter than the "
                         f"sequence of {seq_len}, is not modelled (set model.seq_len <= {window}"
                         f" to estimate full attention)", file=r.file, key="sliding_window",
@@ -240,8 +248,15 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     if seq_len is None:
         seq_len = r.int("max_position_embeddings",
                         why="the sequence length; set model.seq_len to the run's")
-        r.assumed.append(f"model.seq_len = max_position_embeddings = {seq_len} (set model.seq_len"
-                         f" to the run's sequence length)")
+        window = _window(r)
+        if window is not None and window < seq_len:  # the longest full-attention sequence
+            r.assumed.append(f"model.seq_len = sliding_window = {window}, the longest sequence "
+                             f"full attention models (max_position_embeddings is {seq_len}; "
+                             f"set model.seq_len to the run's sequence length)")
+            seq_len = window
+        else:
+            r.assumed.append(f"model.seq_len = max_position_embeddings = {seq_len} (set "
+                             f"model.seq_len to the run's sequence length)")
     elif not fam.rope:
         r.int("max_position_embeddings", why="the learned position table")
     _sliding_window(r, seq_len)
@@ -249,10 +264,10 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     if fam.gated and act not in ("silu", "swish"):
         r.assumed.append(f"the gated FFN with {act} is timed as SwiGLU")
     tied = r.flag("tie_word_embeddings", fam.tied_default, f"{model_type}'s default")
-    bias = fam.bias
+    bias, mlp_bias = fam.bias, None
     if model_type == "llama":
-        attention_bias = r.flag("attention_bias", False, "llama's default")
-        bias = r.flag("mlp_bias", False, "llama's default") or attention_bias
+        bias = r.flag("attention_bias", False, "llama's default")
+        mlp_bias = r.flag("mlp_bias", False, "llama's default")
     if model_type == "qwen2":
         r.assumed.append("Qwen2's query/key/value biases (a few thousand parameters a layer) "
                          "are not counted")
@@ -263,6 +278,7 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
               "ffn_kind": "swiglu" if fam.gated else "gelu", "vocab": vocab,
               "seq_len": seq_len, "norm": fam.norm, "rope": fam.rope,
               "learned_positions": not fam.rope, "bias": bias, "tied_embeddings": tied,
+              **({"mlp_bias": mlp_bias} if mlp_bias is not None and mlp_bias != bias else {}),
               **head_dim, **_experts(r, fam)}
     read = list(dict.fromkeys(r.read))
     return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read))

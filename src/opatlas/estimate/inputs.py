@@ -124,4 +124,8 @@ def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
     if exc.key is None:  # a rule across keys (validate_config no longer echoes the mapping)
         given = f" (with --set {' --set '.join(sets)})" if sets else ""
         return SpecError(exc.detail + given, file=exc.file)
+    inside = [s for s in sets if s.partition("=")[0].strip().startswith(exc.key + ".")]
+    if inside:  # a rule across one section's keys (hidden vs heads), an override among them
+        return SpecError(f"{exc.detail} (with --set {' --set '.join(inside)})", file=exc.file,
+                         key=exc.key)
     return exc

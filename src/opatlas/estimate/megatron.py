@@ -78,20 +78,26 @@ def _is_flag(token: str) -> bool:
     return token.startswith("--")
 
 
-def parse_flags(tokens: list[str], label: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def parse_flags(tokens: list[str], label: str, repeats: list[str] | None = None
+                ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(Megatron flags, launcher flags): each flag with the values after it; a later flag of
-    the same name wins, as in argparse. Tokens before a ``*.py`` script are the launcher's."""
+    the same name wins, as in argparse (``repeats`` collects a line saying so for each).
+    Tokens before a ``*.py`` script are the launcher's."""
     script = next((i for i, t in enumerate(tokens) if t.endswith(".py")), None)
     launcher = _group(tokens[:script], label, strict=False) if script is not None else {}
-    return _group(tokens[script + 1 if script is not None else 0:], label, strict=True), launcher
+    return (_group(tokens[script + 1 if script is not None else 0:], label, strict=True,
+                   repeats=repeats), launcher)
 
 
-def _group(tokens: list[str], label: str, strict: bool) -> dict[str, list[str]]:
+def _group(tokens: list[str], label: str, strict: bool,
+           repeats: list[str] | None = None) -> dict[str, list[str]]:
     flags: dict[str, list[str]] = {}
     current: str | None = None
     for token in tokens:
         if _is_flag(token):
             name, eq, value = token[2:].partition("=")
+            if current is not None and repeats is not None and name in flags:
+                repeats.append(name)
             current = name
             flags[name] = [value] if eq else []
         elif current is not None:
@@ -196,6 +202,9 @@ def _shape(a: _Args, notes: list[str]) -> dict[str, Any]:
     groups = a.int("num-query-groups")
     if a.switch("group-query-attention"):
         kv = groups or 1  # Megatron-LM's default: one group
+        if groups is None:
+            notes.append("--group-query-attention without --num-query-groups: one key/value "
+                         "group (Megatron-LM's default), i.e. multi-query attention")
     else:
         kv = None
         if groups is not None:
@@ -396,10 +405,13 @@ def megatron_config(text: str, gpus: int | None = None, gpus_per_node: int | Non
     """Map a Megatron-LM command line to a raw training config (see the module docstring).
     ``strict``: a flag that is not modelled is an error instead of a note."""
     tokens, label = read_args(text)
-    flags, launcher = parse_flags(tokens, label)
+    repeats: list[str] = []
+    flags, launcher = parse_flags(tokens, label, repeats)
     a = _Args(flags, label)
     _check_refused(a)
-    notes: list[str] = []
+    notes: list[str] = [f"--{name} is given more than once: the last one "
+                        f"({' '.join(flags[name]) or 'set'}) counts, as in Megatron-LM's "
+                        f"argparse" for name in dict.fromkeys(repeats)]
     gpus, gpus_per_node = _world(a, launcher, gpus, gpus_per_node, notes)
     tp = a.int("tensor-model-parallel-size", "model-parallel-size") or 1
     model = _model(a, tp, notes)

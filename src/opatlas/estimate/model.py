@@ -12,9 +12,13 @@ def attention_params(m: ModelConfig) -> int:
 
 
 def mlp_params(m: ModelConfig) -> int:
+    """One layer's FFN (all experts and the router for MoE); biases on each projection: the
+    gated one's gate and up (2·f) and down (d), the plain one's up (f) and down (d)."""
     d, f = m.hidden, m.ffn_width
-    one = (3 * d * f) if m.ffn_kind == "swiglu" else (2 * d * f)
-    one += (f + d) if m.bias and m.ffn_kind == "gelu" else 0
+    gated = m.ffn_kind == "swiglu"
+    one = (3 if gated else 2) * d * f
+    if m.bias if m.mlp_bias is None else m.mlp_bias:
+        one += (2 * f if gated else f) + d
     return one * m.experts + d * m.experts if m.experts else one
 
 
