@@ -123,3 +123,40 @@ def test_export_tt_says_what_it_writes(tmp_path):
     files = list((tmp_path / "v").rglob("*.json"))
     size = sum(f.stat().st_size for f in files) / 1e6
     assert f"wrote {len(files)} files ({size:,.1f} MB)" in r.stdout
+
+
+def test_tables_in_a_pipe_are_not_cut_to_80_columns():
+    r = run_cli("ops")
+    assert r.returncode == 0
+    assert "attention_dropout" in r.stdout and "flash_attention" in r.stdout  # whole names
+    assert "…" not in r.stdout
+
+
+def test_an_overhead_bound_op_shows_the_busier_resources_use():
+    from opatlas.analyze.why import Peaks, explain
+
+    rows = pd.DataFrame({"op": ["tiny"], "pass": "fwd", "calls": 1.0, "time_s": [2e-3],
+                         "flops": [1e6], "bytes": [1e8], "limiter": [None]})
+    r = explain(rows, Peaks("X", 1e12, 1e12, 0.0, 2)).iloc[0]
+    assert r["limiter"] == "overhead"  # 2 ms against a 0.1 ms bound
+    assert r["util"] == pytest.approx(r["util_memory"]) == pytest.approx(0.05)  # not 0.05%
+
+
+def test_rope_on_q_and_k_of_equal_heads_is_one_row_of_two_calls():
+    from opatlas.estimate import estimate_step, load_config
+
+    est = estimate_step(load_config("llama2-7b"))
+    rope = [it for it in est.items if it.name == "RoPE" and it.pass_ == "fwd"]
+    layer = next(it for it in est.items if it.name == "res_add" and it.pass_ == "fwd")
+    assert len(rope) == 1 and rope[0].calls == layer.calls  # res_add: twice a layer too
+    gqa = estimate_step(load_config("llama2-70b"))  # 8 KV heads of 64: two shapes
+    assert len([it for it in gqa.items if it.name == "RoPE" and it.pass_ == "fwd"]) == 2
+
+
+def test_import_tt_names_a_missing_folder(capsys, tmp_path):
+    (tmp_path / "v").mkdir()
+    code, _, err = cli_in_process(capsys, "import", "tt-sweep", "--vectors", str(tmp_path / "v"),
+                                  "--results", str(tmp_path / "none"), "--store",
+                                  str(tmp_path / "s.duckdb"))
+    one_error(code, err, "--results", "no such folder")
+    assert not (tmp_path / "s.duckdb").exists()

@@ -35,9 +35,12 @@ def run_demo(out: Path, *, repeats: int | None = None, console: Console | None =
         extra(out, console)
     console.rule("[bold]done")
     console.print(f"store:  {store_path.resolve()}")
-    from opatlas.analyze.demo import ESTIMATE_REPORT
+    from opatlas.analyze.demo import ESTIMATE_REPORT, STORE_REPORT
 
-    console.print(f"report: {(out / ESTIMATE_REPORT).resolve()}")
+    if (out / STORE_REPORT).exists():
+        console.print(f"report of what was measured here: {(out / STORE_REPORT).resolve()}")
+    console.print(f"report: {(out / ESTIMATE_REPORT).resolve()}  (a training step's estimate: "
+                  f"per op, predicted vs bound)")
     return store_path
 
 

@@ -63,17 +63,13 @@ def write_trace(analysis: Analysis, path: str | Path) -> Path:
 def print_table(analysis: Analysis, top: int = 25, file: IO[str] | None = None) -> None:
     """A plain table of the slowest rows, for pipes and logs. Not on a terminal (a pipe, a
     log), the table takes the width it needs: one line per row, every cell whole."""
-    from rich.console import Console
+    from rich.text import Text
 
-    from opatlas.analyze.tables import natural_width, rich_table, summary_items
+    from opatlas.analyze.tables import rich_table, summary_items
+    from opatlas.console import print_wide
 
-    table = rich_table(analysis, top)
-    console = Console(file=file)
-    if not console.is_terminal:
-        console = Console(file=file, width=max(console.width, natural_width(table)))
-    for label, value, _ in summary_items(analysis):  # the totals first: time, rate, gaps ...
-        console.print(f"{label}: {value}", markup=False, highlight=False)
-    console.print(table)
+    totals = [Text(f"{label}: {value}") for label, value, _ in summary_items(analysis)]
+    print_wide(*totals, rich_table(analysis, top), file=file)  # the totals first
 
 
 def run_app(analysis: Analysis, **reload_args: Any) -> None:

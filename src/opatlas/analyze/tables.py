@@ -289,12 +289,3 @@ def rich_table(analysis: Analysis, top: int = 25) -> Any:
             cells.append(Text(fmt(r[c.key], c), style=style[h] if h else ""))
         t.add_row(*cells)
     return t
-
-
-def natural_width(renderable: Any) -> int:
-    """The columns ``renderable`` takes when nothing has to wrap."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    wide = Console(width=100_000, file=None)
-    return int(Measurement.get(wide, wide.options, renderable).maximum)

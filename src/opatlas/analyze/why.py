@@ -120,8 +120,11 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
                       "overhead", kernel)
     kernel = np.where(np.isfinite(bound), kernel, "unknown")
     r["limiter"] = given.where(given.notna(), pd.Series(kernel, index=r.index))
-    # the binding resource's utilisation: bytes/s for a memory-bound op, FLOP/s otherwise
-    r["util"] = np.where(r["limiter"] == "memory", r["util_memory"], r["util_compute"])
+    # the binding resource's utilisation: bytes/s for a memory-bound op, FLOP/s for a
+    # compute-bound one; for an op far from both (overhead), the busier of the two
+    busier = np.fmax(r["util_compute"].to_numpy(float), r["util_memory"].to_numpy(float))
+    r["util"] = np.where(r["limiter"] == "memory", r["util_memory"],
+                         np.where(r["limiter"] == "compute", r["util_compute"], busier))
     return r.drop(columns=[c for c in ("gemms", "comm_bound_s") if c in r])
 
 
@@ -132,7 +135,8 @@ WHY_FIRST = [
     Column(key="share", label="share", role="ratio", unit="%", help="of the total time"),
     Column(key="util", label="util", role="util", unit="%",
            help="the binding resource's use: achieved bytes/s over the bandwidth for a "
-                "memory-bound op, achieved FLOP/s over the peak otherwise"),
+                "memory-bound op, achieved FLOP/s over the peak for a compute-bound one, the "
+                "busier of the two otherwise"),
     Column(key="headroom", label="headroom", role="ratio", unit="x",
            help="time / bound: how far from the limit"),
     Column(key="limiter", label="limiter", role="text"),

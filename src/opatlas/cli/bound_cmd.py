@@ -80,14 +80,16 @@ def _print(f: Frontier) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from opatlas.console import print_wide
+
     table = Table("buffer (words)", "accesses (words)", "OI (op/B)", "mapping",
                   title=escape(f"{f.einsum.name}: {len(f.buffer)} frontier points of "
                                f"{f.tilings} tilings / {f.mapspace_size} mappings"
                                + (" [imperfect tiling]" if f.imperfect else "")))
     for b, a, o, m in zip(f.buffer, f.accesses, f.oi(), f.to_frame()["mapping"], strict=True):
         table.add_row(f"{b:,}", f"{a:,}", f"{o:.2f}", escape(str(m)))
+    print_wide(table)
     console = Console()
-    console.print(table)
     console.print(f"algo min {f.algo_min:,}  algo max {f.algo_max:,}  maximal effectual "
                   f"buffer {f.max_effectual_buffer:,} ({100 * f.max_effectual_ratio:.2f}% of "
                   f"the operands)")
@@ -424,6 +426,8 @@ def _print_accel(sweep) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from opatlas.console import print_wide
+
     best = sweep.best()
     table = Table("size (B)", "maps", "best DRAM", "bound", "gap", "below", "gap@tile", "util",
                   title=escape(f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses in "
@@ -433,8 +437,8 @@ def _print_accel(sweep) -> None:
                       f"{r.bound_at_capacity:.4g}", f"{100 * r.gap_to_bound:+.1f}%",
                       f"{r.below_bound_at_capacity}", f"{100 * r.gap_to_bound_at_tile:+.1f}%",
                       f"{100 * r.best_utilization:.0f}%")
+    print_wide(table)
     console = Console()
-    console.print(table)
     for r in best.itertuples():
         console.print(escape(f"best at {r.capacity_bytes:,.0f} B: {r.best_mapping}"),
                       soft_wrap=True)
@@ -446,7 +450,7 @@ def _print_accel(sweep) -> None:
                           f"{100 * r.searched_gap_to_bound:+.1f}%",
                           f"{100 * r.searched_gap_to_bound_at_tile:+.1f}%",
                           f"{100 * r.searched_utilization:.0f}%")
-        console.print(table)
+        print_wide(table)
         for r in best.itertuples():
             console.print(escape(f"searched best at {r.capacity_bytes:,.0f} B: "
                                  f"{r.searched_mapping}"), soft_wrap=True)

@@ -130,6 +130,7 @@ def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+
     c = Console()
     table = Table("part", "seconds", "share", title=f"{cfg.model.name} on {cfg.gpus} x "
                                                      f"{cfg.cluster.device}")
@@ -149,9 +150,10 @@ def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
 
 
 def _print_search(best: list, n: int, oom: int) -> None:
-    from rich.console import Console
+
     from rich.table import Table
 
+    from opatlas.console import print_wide
     from opatlas.estimate.plot import label
 
     table = Table("#", "layout", "step s", "tokens/s", "MFU", "GiB", "same time and memory",
@@ -160,4 +162,4 @@ def _print_search(best: list, n: int, oom: int) -> None:
         table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
                       er.same_as(e))
-    Console().print(table)
+    print_wide(table)

@@ -90,6 +90,7 @@ def _human(count: float) -> str:
 def print_run(run: Any, price: float | None) -> None:
     from rich.console import Console
 
+
     c = Console()
     c.print(f"whole run: {_human(run.tokens)} tokens in {run.steps:,} steps of "
             f"{_human(run.tokens / run.steps)} tokens")
@@ -111,9 +112,10 @@ def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | 
 
 def print_search_runs(ranked: list, n: int, oom: int, as_json: bool,
                       assumptions: list[str] | None = None) -> None:
-    from rich.console import Console
+
     from rich.table import Table
 
+    from opatlas.console import print_wide
     from opatlas.estimate.plot import label
 
     if as_json:
@@ -130,7 +132,7 @@ def print_search_runs(ranked: list, n: int, oom: int, as_json: bool,
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
                       f"{r.days:,.2f}", f"{r.gpu_hours:,.0f}",
                       *([f"{r.cost:,.0f}"] if priced else []), same_as(e))
-    Console().print(table)
+    print_wide(table)
 
 
 def search_title(n: int, oom: int, shown: list) -> str:

@@ -46,6 +46,7 @@ def fit(
     from rich.console import Console
     from rich.table import Table
 
+    from opatlas.console import print_wide
     from opatlas.fit.data import load_op_data
 
     if recipe == "reshard":
@@ -81,7 +82,7 @@ def fit(
         table.add_row(r["op"], r["pass"], str(r["n_test"]), _pct(r["mape"]), _pct(r["rmsre"]),
                       _pct(r["baseline_mape"]), str(r["twin_n"]), _pct(r["twin_mape"]),
                       _pct(r["twin_model_mape"]))
-    Console().print(table)
+    print_wide(table)
     Console().print("test: held-out rows (r², max error, train counts: --json). ett: "
                     "estimate-train-time's models on the same split. twins: test rows whose "
                     "kernel work also appears in training; floor: the MAPE of predicting those by "

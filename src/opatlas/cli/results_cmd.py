@@ -86,6 +86,8 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from opatlas.console import print_wide
+
     shown_note = f" (first {len(df)} shown; --limit 0 for all)" if len(df) < total else ""
     table = Table("op", "pass", "params", "status", "median µs", "± std %", "n", "GFLOP/s",
                   title=f"{total} result rows{shown_note}")
@@ -100,7 +102,7 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
         table.add_row(r["op"], r["pass"], short, r["status"], med, spread,
                       str(int(r["repeats"])), rate)
     if out is None:
-        Console().print(table)
+        print_wide(table)
         return
     from opatlas.atomic import write_output
 

@@ -102,9 +102,10 @@ def list_cmd() -> None:
 
 def ops(aliases: bool = typer.Option(False, "--aliases", help="Also list aliases.")) -> None:
     """List the ops in the catalog with their parameters and passes."""
-    from rich.console import Console
+
     from rich.table import Table
 
+    from opatlas.console import print_wide
     from opatlas.ops import get_op, list_ops
 
     table = Table("op", "parameters", "optional (default)", "passes", "what")
@@ -112,4 +113,4 @@ def ops(aliases: bool = typer.Option(False, "--aliases", help="Also list aliases
         op, fixed = get_op(name)
         opt = ", ".join(f"{k}={v}" for k, v in {**op.defaults, **fixed}.items())
         table.add_row(name, ", ".join(op.params), opt, "/".join(op.passes), op.description)
-    Console().print(table)
+    print_wide(table)

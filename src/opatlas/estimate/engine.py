@@ -113,8 +113,9 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     ops: list[tuple[str, dict[str, Any], int]] = [
         (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), *attention_ops(m),
         ("linear2", {}, 1), ("res_add", {}, 2)]
-    if m.rope:
-        ops += [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * m.hd}, 1)]
+    if m.rope:  # on q and on k: one row of two calls when k has as many heads as q
+        ops += [("RoPE", {}, 2)] if m.kv == m.heads else \
+            [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * m.hd}, 1)]
     f = m.ffn_width
     if m.experts:
         ops.append(("moe", {"experts": m.experts, "top_k": m.top_k, "ffn": f,

@@ -85,11 +85,17 @@ def data_device(data: pd.DataFrame, name: str, dtype: str):
     flops, nbytes = op_counts(rows, dtype)
     dev = empirical_device(device_key(name), flops, nbytes, rows["y_us"].to_numpy(float) * 1e-6,
                            dtype)
-    warnings.warn(f"device {name!r} is not in the catalog: described by what its own data "
-                  f"attains ({dev.peak(dtype) / 1e12:.1f} TFLOP/s {dtype}, "
-                  f"{dev.bandwidth / 1e9:.0f} GB/s, best of {len(rows)} samples)",
-                  UnknownDeviceWarning, stacklevel=2)
+    said = (device_key(name), dtype, len(rows), dev.peak(dtype), dev.bandwidth)
+    if said not in _SAID:  # once per device and data, whichever spelling asks again
+        _SAID.add(said)
+        warnings.warn(f"device {name!r} is not in the catalog: described by what its own data "
+                      f"attains ({dev.peak(dtype) / 1e12:.1f} TFLOP/s {dtype}, "
+                      f"{dev.bandwidth / 1e9:.0f} GB/s, best of {len(rows)} samples)",
+                      UnknownDeviceWarning, stacklevel=2)
     return dev
+
+
+_SAID: set[tuple] = set()
 
 
 class UnknownDeviceWarning(UserWarning):

@@ -99,6 +99,9 @@ def export_tt(vectors: list, outdir: str | Path,
 def import_tt(store: Store, vectors_dir: str | Path, results_dir: str | Path,
               device: str = "wormhole_b0") -> int:
     """Join tt-metal result JSON with the exported vectors (by ``input_hash``) into the store."""
+    for option, folder in (("--vectors", vectors_dir), ("--results", results_dir)):
+        if not Path(folder).is_dir():
+            raise OpatlasError(f"{option} {folder}: no such folder")
     vecs: dict[str, dict[str, Any]] = {}
     for f in Path(vectors_dir).rglob("*.json"):
         for suite in json.loads(f.read_text()).values():

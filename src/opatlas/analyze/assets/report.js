@@ -255,7 +255,7 @@ function frontier() {
 
 function details() {
   const box = document.getElementById("details");
-  if (!D.details.length) { el("p", {}, box, "no further tables in this analysis"); return; }
+  if (!D.details.length) { box.previousElementSibling.remove(); box.remove(); return; }  // no heading over nothing
   for (const d of D.details) {
     el("h3", {}, box, d.title + (d.total > d.rows.length ? ` (first ${d.rows.length} of ${d.total})` : ""));
     const keys = [...new Set(d.rows.flatMap(r => Object.keys(r)))];

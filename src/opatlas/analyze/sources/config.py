@@ -220,7 +220,7 @@ def _summary(est: Any, peaks: Peaks, rows: pd.DataFrame, total: float) -> dict[s
     seq = c.model.seq_len
     tokens = c.training.global_batch * seq
     out: dict[str, Any] = {
-        "title": f"{c.model.name} on {c.gpus} x {c.cluster.device}",
+        "title": f"{c.model.name} on {c.gpus} x {peaks.name}",  # the catalog's name
         "total_time_s": total, "total_time_label": "step time", "step_time_s": est.step_time_s,
         "throughput": tokens / total, "throughput_unit": "tokens/s",
         "samples_per_s": c.training.global_batch / total,
