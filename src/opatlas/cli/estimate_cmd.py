@@ -150,7 +150,6 @@ def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
 
 
 def _print_search(best: list, n: int, oom: int) -> None:
-
     from rich.table import Table
 
     from opatlas.console import print_wide
@@ -163,3 +162,4 @@ def _print_search(best: list, n: int, oom: int) -> None:
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
                       er.same_as(e))
     print_wide(table)
+    typer.echo(er.LAYOUT_LEGEND)

@@ -110,6 +110,11 @@ def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | 
     return rank_by_run(fits, budget_tokens, budget_steps, price)[:top], n, oom
 
 
+LAYOUT_LEGEND = ("layout: dp tp pp (v: interleaved chunks) ep, sp = sequence parallel, mb = "
+                 "micro-batch, z = ZeRO stage, then the recomputation; each is a --set "
+                 "parallel.KEY (training.micro_batch for mb)")
+
+
 def print_search_runs(ranked: list, n: int, oom: int, as_json: bool,
                       assumptions: list[str] | None = None) -> None:
 
@@ -133,6 +138,7 @@ def print_search_runs(ranked: list, n: int, oom: int, as_json: bool,
                       f"{r.days:,.2f}", f"{r.gpu_hours:,.0f}",
                       *([f"{r.cost:,.0f}"] if priced else []), same_as(e))
     print_wide(table)
+    typer.echo(LAYOUT_LEGEND)
 
 
 def search_title(n: int, oom: int, shown: list) -> str:
