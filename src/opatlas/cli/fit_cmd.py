@@ -28,7 +28,9 @@ def fit(
     time_col: str | None = typer.Option(None, "--time", help="reshard: the time column (y; "
                                                              "default y or duration_ns)."),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the ett baseline."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the evaluations as JSON (errors "
+                                                      "as fractions: 0.0195 is the table's "
+                                                      "1.95)."),
 ) -> None:
     """Fit op runtime models and report held-out errors next to estimate-train-time's models.
 
