@@ -412,5 +412,8 @@ def test_grayskull_runs_are_read_but_not_estimated(tmp_path):
     s = read(tmp_path / "run").summary
     assert s["overall_speed"] == int(1.2e9 / 17000)  # Grayskull's 1.2 GHz clock
     assert s["core_count"] == 110  # its assumed [11, 10] grid
+    (tmp_path / "elsewhere").mkdir()  # a run folder without perf results: the estimate
     with pytest.raises(OpatlasError, match="Wormhole B0 only, not grayskull"):
         read(netlist, options=ReadOptions(extra={"dir": tmp_path / "elsewhere"}))
+    with pytest.raises(OpatlasError, match=r"--dir .*nowhere: no such file or folder"):
+        read(netlist, options=ReadOptions(extra={"dir": tmp_path / "nowhere"}))

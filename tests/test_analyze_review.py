@@ -160,3 +160,78 @@ def test_import_tt_names_a_missing_folder(capsys, tmp_path):
                                   str(tmp_path / "s.duckdb"))
     one_error(code, err, "--results", "no such folder")
     assert not (tmp_path / "s.duckdb").exists()
+
+
+# --- configs, stores and traces (another new user's review) --------------------------------
+
+def test_a_config_analysis_says_what_the_loader_assumed(capsys, tmp_path):
+    y = tmp_path / "my.yml"
+    y.write_text("model: {name: m, layers: 4, hidden: 1024, heads: 16, seq_len: 2048}\n"
+                 "training: {global_batch: 64}\nparallel: {dp: 8}\ncluster: {device: A100}\n")
+    code, out, err = cli_in_process(capsys, "analyze", str(y), "--json")
+    notes = json.loads(out)["summary"]["notes"]
+    assert code == 0 and any("assumed (the defaults) ops.mode = analytical" in n for n in notes)
+    assert any("links of the A100's own system" in n for n in notes)
+    assert any("their util and headroom are those factors" in n for n in notes)
+    assert all(f"opatlas: note: {n}" in err for n in notes)
+
+
+def test_a_json_print_opens_again_and_options_load_ignores_are_said(capsys, tmp_path):
+    code, out, _ = cli_in_process(capsys, "analyze", "llama2-7b", "--json")
+    saved = tmp_path / "lm.json"
+    saved.write_text(out)
+    code, again, err = cli_in_process(capsys, "analyze", str(saved), "--json")
+    assert code == 0 and json.loads(again)["rows"] == json.loads(out)["rows"]
+    code, _, err = cli_in_process(capsys, "analyze", "--load", str(saved), "--device", "H100",
+                                  "--strict", "--json")
+    assert "--device, --strict do not apply to --load" in err
+
+
+def test_csv_to_stdout_and_a_missing_netlist_named(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("analyze", "llama2-7b", "--csv", "-", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("op,pass,") and not (tmp_path / "-").exists()
+    code, _, err = cli_in_process(capsys, "analyze", "llama2-7b", "--netlist", "foo.yaml")
+    one_error(code, err, "--netlist foo.yaml: no such file or folder")
+
+
+def test_measured_with_no_match_under_strict_does_not_claim_to_carry_on(capsys, tmp_path):
+    from opatlas.store import Store
+
+    store = tmp_path / "empty.duckdb"
+    with Store(store):
+        pass
+    code, _, err = cli_in_process(capsys, "analyze", "llama2-7b", "--measured", str(store),
+                                  "--strict", "--json")
+    line = one_error(code, err, "no measurement matches", "--strict refuses")
+    assert "the prediction is kept" not in line
+    a = api.analyze("llama2-7b", measured=str(store))  # a str works as well as a Path
+    assert any("predicted schedule" in n for n in a.summary["notes"])
+
+
+def test_a_mistyped_trace_device_is_an_error(capsys, tmp_path):
+    import torch
+
+    with torch.profiler.profile(record_shapes=True) as prof:
+        x = torch.randn(64, 64, requires_grad=True)
+        (x @ x).relu().sum().backward()
+    trace = tmp_path / "t.json"
+    prof.export_chrome_trace(str(trace))
+    code, _, err = cli_in_process(capsys, "analyze", str(trace), "--device", "foo")
+    one_error(code, err, "foo")
+    code, out, _ = cli_in_process(capsys, "analyze", str(trace), "--device", "H100", "--json")
+    assert code == 0 and json.loads(out)["summary"]["device"] == "H100-SXM5-80GB"
+
+
+def test_a_trace_mostly_of_unmapped_ops_says_so(tmp_path):
+    import torch
+
+    conv = torch.nn.Conv2d(8, 16, 3)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        conv(torch.randn(4, 8, 64, 64)).relu().sum().backward()
+    trace = tmp_path / "conv.json"
+    prof.export_chrome_trace(str(trace))
+    a = api.analyze(trace, device="A100")
+    other = a.rows.loc[a.rows["op"] == "other", "time_s"].sum() / a.total_time_s
+    said = [n for n in a.summary["notes"] if "does not map to its catalog" in n]
+    assert other >= 0.25 and len(said) == 1 and f"{100 * other:.0f}%" in said[0]

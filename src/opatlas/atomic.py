@@ -74,6 +74,8 @@ def write_output(path: str | Path, write: Callable[[Path], object], option: str 
     from opatlas.errors import OpatlasError
 
     path = Path(path)
+    if str(path) == "-":  # standard output, as the usual convention has it
+        return _to_stdout(write)
     if path.is_dir():
         raise OpatlasError(f"{option} {path}: is a folder; give a file name")
     blocker = next((p for p in path.parents if p.exists()), None)
@@ -85,3 +87,18 @@ def write_output(path: str | Path, write: Callable[[Path], object], option: str 
     except OSError as exc:
         raise OpatlasError(f"{option} {path}: cannot write it: {exc.strerror or exc}") from None
     return path
+
+
+def _to_stdout(write: Callable[[Path], object]) -> Path:
+    """``write`` into a temporary file, then its bytes onto standard output."""
+    import shutil
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        write(out)
+        sys.stdout.flush()
+        with out.open("rb") as fh:
+            shutil.copyfileobj(fh, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    return Path("-")

@@ -13,8 +13,8 @@ from opatlas.atomic import write_atomic
 from opatlas.errors import OpatlasError
 
 
-def analyze(source: str | Path, *, kind: str | None = None, measured: Path | None = None,
-            models: Path | None = None, device: str | None = None,
+def analyze(source: str | Path, *, kind: str | None = None, measured: str | Path | None = None,
+            models: str | Path | None = None, device: str | None = None,
             strict: bool = False, extra: dict[str, Any] | None = None) -> Analysis:
     """The analysis of a config, a store, a trace, a PyBuda run or netlist, or a tt-metal
     profiler CSV (the kind is detected unless given); ``extra``: kind-specific options
@@ -25,8 +25,9 @@ def analyze(source: str | Path, *, kind: str | None = None, measured: Path | Non
                            f"config or bundled config name, a results store, a profiler trace, "
                            f"a PyBuda run or a tt-metal profiler CSV)")
     extra = {**({"device": device} if device else {}), **(extra or {})}
-    return read(source, kind, ReadOptions(measured=measured, models=models, strict=strict,
-                                          extra=extra))
+    return read(source, kind, ReadOptions(measured=None if measured is None else Path(measured),
+                                          models=None if models is None else Path(models),
+                                          strict=strict, extra=extra))
 
 
 def load(path: str | Path) -> Analysis:

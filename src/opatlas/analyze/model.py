@@ -95,10 +95,13 @@ class Analysis:
                 "group_label": self.group_label,
                 "rows": [_clean(r) for r in self.rows.to_dict("records")]}
 
+    def document(self) -> dict[str, Any]:
+        """What ``--save`` writes and ``--json`` prints: either opens again with ``--load``."""
+        return {"format": "opatlas-analysis", "version": FORMAT_VERSION, **self.to_json()}
+
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        doc = {"format": "opatlas-analysis", "version": FORMAT_VERSION, **self.to_json()}
-        return write_atomic(path, json.dumps(doc), "--save")  # a reader never sees half a file
+        path = Path(path)  # written whole: a reader never sees half a file
+        return write_atomic(path, json.dumps(self.document()), "--save")
 
     @classmethod
     def load(cls, path: str | Path) -> Analysis:

@@ -264,8 +264,9 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
     return items
 
 
-PLAIN_KEYS = ("id", "op", "pass", "name", "group", "calls", "time_s", "predicted_time_s",
-              "measured_time_s", "error", "share", "util", "bound_time_s", "headroom", "limiter")
+PLAIN_KEYS = ("id", "op", "pass", "category", "name", "group", "calls", "time_s",
+              "predicted_time_s", "measured_time_s", "error", "share", "util", "bound_time_s",
+              "headroom", "limiter", "shape")  # the shape tells equal names apart
 _LEFT = ("id", "group", "text", "shape")
 
 

@@ -76,6 +76,14 @@ def analyze(
     if (source is None) == (load is None):
         raise OpatlasError("give a SOURCE to analyse, or --load a saved analysis (not both)")
     if load is not None:
+        unused = [flag for flag, given in (("--kind", kind), ("--measured", measured),
+                                           ("--models", models), ("--device", device),
+                                           ("--strict", strict)) if given] + \
+            [f"--{k.replace('_', '-')}" for k in extra]
+        if unused:  # a saved analysis is shown as it was saved
+            typer.echo(f"opatlas: note: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'}"
+                       f" not apply to --load (the analysis is shown as saved): ignored",
+                       err=True)
         analysis = api.load(load)
     else:
         analysis = api.analyze(source, kind=kind, measured=measured, models=models,
@@ -91,7 +99,9 @@ def analyze(
     if save is not None:
         typer.echo(f"saved: {analysis.save(save)}", err=True)
     if as_json:
-        typer.echo(json.dumps(analysis.to_json()))
+        if tui:
+            typer.echo("opatlas: note: --tui does not open with --json: ignored", err=True)
+        typer.echo(json.dumps(analysis.document()))
         return
     if tui or (sys.stdout.isatty() and not any((trace, html, csv, save))):
         api.run_app(analysis, source=source, kind=kind, measured=measured, device=device,

@@ -66,10 +66,22 @@ def detect(path: Path) -> bool:
 
 
 def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
-    """The estimate the analysis of ``path`` shows (also what ``--trace`` exports)."""
-    from opatlas.estimate import estimate_step, load_config
+    """The estimate the analysis of ``path`` shows (also what ``--trace`` exports); its notes
+    begin with what loading the config assumed (defaults, presets, links), as ``opatlas
+    estimate`` says them."""
+    from opatlas.estimate import estimate_step
+    from opatlas.estimate.inputs import load_inputs
 
-    return estimate_step(load_config(path))
+    loaded: list[str] = []
+    cfg = load_inputs(str(path), notes=loaded).config
+    est = estimate_step(cfg)
+    if cfg.ops.mode == "analytical":  # the util and headroom columns then echo the input
+        loaded.append(f"ops timed by the roofline at {cfg.ops.compute_efficiency:g} of peak "
+                      f"compute and {cfg.ops.memory_efficiency:g} of the bandwidth (ops.mode: "
+                      f"analytical): their util and headroom are those factors, not "
+                      f"measurements (ops.mode: data, or --measured STORE)")
+    est.notes = [*loaded, *est.notes]
+    return est
 
 
 def read(path: Path, options: ReadOptions) -> Analysis:
@@ -79,6 +91,8 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     if options.measured is not None:
         rows = _apply_measured(rows, est, options.measured, options.strict)
         columns[6:6] = MEASURED_COLUMNS
+        est.notes.append("the timeline (and --trace) show the predicted schedule; the rows "
+                         "and the step time use the measurements")
     peaks = _peaks(est)
     total = float(rows["time_s"].sum())
     analysed = explain(rows, peaks, total)
@@ -163,10 +177,10 @@ def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
     hit = rows["measured_time_s"].notna()
     if not hit.any():
         msg = (f"{store_path}: no measurement matches an op, pass and shape of this config on "
-               f"{est.config.cluster.device} {est.config.training.dtype}; the prediction is kept")
+               f"{est.config.cluster.device} {est.config.training.dtype}")
         if strict:
-            raise OpatlasError(msg)
-        est.notes.append(msg)
+            raise OpatlasError(f"{msg}; --strict refuses to show the prediction instead")
+        est.notes.append(f"{msg}; the prediction is kept")
     rows.loc[hit, "time_s"] = rows.loc[hit, "measured_time_s"]
     rows["error"] = (rows["predicted_time_s"] - rows["measured_time_s"]) / rows["measured_time_s"]
     stage_before = rows.loc[rows["category"].isin(_STAGE_CATEGORIES), "predicted_time_s"].sum()

@@ -41,6 +41,9 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     extra = options.extra
     netlist = Path(extra["netlist"]) if extra.get("netlist") else None
     folder = Path(extra["dir"]) if extra.get("dir") else None
+    for option, given in (("--netlist", netlist), ("--dir", folder)):
+        if given is not None and not given.exists():
+            raise OpatlasError(f"{option} {given}: no such file or folder")
     if path.is_dir():
         folder = folder or path
         netlist = netlist or find_netlist(path)

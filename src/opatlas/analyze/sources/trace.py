@@ -66,6 +66,7 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                            f"record_shapes=True) so ops can be mapped and counted")
     rows, busy, mode = _rows(ops, kernels, runtime)
     peaks, notes = _peaks(doc, rows, options)
+    notes += _unmapped(rows, busy)
     analysed = explain(rows.drop(columns=["word"]), peaks, busy)
     summary = {"title": f"profiler trace {path.name}", "total_time_s": busy, "busy_time_s": busy,
                "total_time_label": "busy time",
@@ -189,6 +190,10 @@ def _peaks(doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
     props = doc.get("deviceProperties") or []
     if not name and props and isinstance(props[0], dict):
         name = str(props[0].get("name", "")).replace(" ", "")
+    given = options.extra.get("device")
+    if given:  # named by the user: a typo is an error naming the catalog, not a fallback
+        d = get_device(str(given))
+        return Peaks(d.name, d.peak(dtype), d.bandwidth, d.onchip_bytes, word), []
     if name:
         try:
             d = get_device(str(name))
@@ -202,6 +207,21 @@ def _peaks(doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
         f"device {name or 'of this trace'} is not in the catalog: its peaks are the best FLOP/s "
         f"and bytes/s its own ops achieved, and no Orojenesis bound is given (name one with "
         f"--device)"]
+
+
+def _unmapped(rows: pd.DataFrame, busy: float) -> list[str]:
+    """A note when much of the busy time sits in ops the catalog does not map ("other" rows:
+    no FLOPs, no bound), naming the largest."""
+    other = rows[rows["op"] == "other"]
+    share = float(other["time_s"].sum()) / busy if busy > 0 else 0.0
+    if share < 0.25:
+        return []
+    top = other.nlargest(3, "time_s")
+    names = ", ".join(f"{n} {100 * t / busy:.0f}%" for n, t in zip(top["name"], top["time_s"],
+                                                                   strict=True))
+    return [f"{100 * share:.0f}% of the busy time is in ops opatlas does not map to its catalog "
+            f"(no FLOPs, bytes or bound for them; the largest: {names}); the utilization and "
+            f"any peak derived from this trace's own ops cover the rest only"]
 
 
 register(SourceKind("trace", detect, read,
