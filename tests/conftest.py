@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -54,3 +55,13 @@ def one_error(code: int, err: str, *needles: str) -> str:
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+def refused(load: Any, path: Path, text: str, match: str) -> Any:
+    """``text`` written to ``path`` and loaded with ``load``: the SpecError it must raise."""
+    from opatlas.errors import SpecError
+
+    path.write_text(text)
+    with pytest.raises(SpecError, match=match) as info:
+        load(path)
+    return info.value
