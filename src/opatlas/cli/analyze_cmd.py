@@ -75,19 +75,12 @@ def analyze(
         kind = "pybuda"  # only a PyBuda run takes a netlist or a run folder
     if (source is None) == (load is None):
         raise OpatlasError("give a SOURCE to analyse, or --load a saved analysis (not both)")
-    if load is not None:
-        unused = [flag for flag, given in (("--kind", kind), ("--measured", measured),
-                                           ("--models", models), ("--device", device),
-                                           ("--strict", strict)) if given] + \
-            [f"--{k.replace('_', '-')}" for k in extra]
-        if unused:  # a saved analysis is shown as it was saved
-            typer.echo(f"opatlas: note: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'}"
-                       f" not apply to --load (the analysis is shown as saved): ignored",
-                       err=True)
-        analysis = api.load(load)
-    else:
-        analysis = api.analyze(source, kind=kind, measured=measured, models=models,
-                               device=device, strict=strict, extra=extra)
+    if load is not None and kind not in (None, "analysis"):
+        raise OpatlasError(f"--load opens a saved analysis; --kind {kind} does not apply")
+    # a saved analysis is a source like the others: options it does not take are said
+    analysis = api.analyze(load if load is not None else source,
+                           kind="analysis" if load is not None else kind, measured=measured,
+                           models=models, device=device, strict=strict, extra=extra)
     for note in analysis.summary.get("notes") or []:
         typer.echo(f"opatlas: note: {note}", err=True)
     if trace is not None:

@@ -98,5 +98,6 @@ def _unused_options(k: SourceKind, options: ReadOptions) -> str | None:
     unused = [OPTION_FLAGS[key] for key in given if key not in k.uses]
     if not unused:
         return None
-    return (f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to a "
-            f"{k.name} source")
+    article = "an" if k.name[0] in "aeiou" else "a"
+    return (f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to "
+            f"{article} {k.name} source")
