@@ -192,18 +192,16 @@ def _attention(r: _Reader) -> dict[str, int]:
 
 
 def _window(r: _Reader) -> int | None:
-    """The sliding-window length in force, if any."""
+    """The sliding-window length in force, if any (a window in force counts as read)."""
     window = r.data.get("sliding_window")
     if window is None or r.data.get("use_sliding_window") is False:
         return None
+    r.read.append("sliding_window")
     return window if isinstance(window, int) and not isinstance(window, bool) else None
 
 
 def _sliding_window(r: _Reader, seq_len: int) -> None:
     window = _window(r)
-    if r.data.get("sliding_window") is None or r.data.get("use_sliding_window") is False:
-        return
-    r.read.append("sliding_window")
     if window is not None and window < seq_len:
         raise SpecError(f"sliding-window attention over {window} tokens, shorter than the "
                         f"sequence of {seq_len}, is not modelled (set model.seq_len <= {window}"

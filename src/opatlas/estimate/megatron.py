@@ -96,7 +96,7 @@ def _group(tokens: list[str], label: str, strict: bool,
     for token in tokens:
         if _is_flag(token):
             name, eq, value = token[2:].partition("=")
-            if current is not None and repeats is not None and name in flags:
+            if repeats is not None and name in flags:
                 repeats.append(name)
             current = name
             flags[name] = [value] if eq else []
