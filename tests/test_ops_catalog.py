@@ -33,6 +33,12 @@ def test_counts_by_hand():
     assert op.flops(p) == {"fwd": 5 * 4 * 256, "bwd": 3 * 4 * 256}
     op, p = _p("adam_step", n_params=1000)
     assert op.flops(p) == {"step": 12000} and op.min_bytes(p) == {"step": 28000}
+    # 16-bit gradient into an fp32 buffer: read 2, read and write 4 + 4 bytes a parameter
+    op, p = _p("grad_accumulate", n_params=1000, dtype="bf16")
+    assert op.flops(p) == {"step": 1000} and op.min_bytes(p) == {"step": 10000}
+    op, p = _p("grad_accumulate", n_params=1000, dtype="fp16", buffer_bytes=2)
+    assert op.min_bytes(p) == {"step": 6000}
+    assert op.invalid_reason({**p, "buffer_bytes": 8}) == "buffer_bytes must be 2 or 4"
     # upstream's stage simulator: QKV with bias, out/up/down without, two norms (w + b)
     layer = (3 * 64 * 64 + 3 * 64 + 64 * 64 + 2 * 64 * 256) // 2 + 4 * 64
     op, p = _p("firstStage_optimizer", mp=2, dim=64, encoders=2, vocab=1000)
@@ -116,6 +122,16 @@ def test_forward_matches_float64_and_backward_runs(name):
     leaves = state if isinstance(state, tuple) else (state,)
     grads = [t.grad for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize(("buffer_bytes", "dtype"), [(4, torch.float32), (2, torch.float16)])
+def test_grad_accumulate_adds_the_gradient_into_the_buffer(buffer_bytes, dtype):
+    op, p = _p("grad_accumulate", n_params=512, dtype="fp16", buffer_bytes=buffer_bytes)
+    buffer, grad = op.build(p, "cpu")
+    assert buffer.dtype == dtype and grad.dtype == torch.float16
+    for _ in range(2):  # two micro-batches
+        op.execute((buffer, grad), "step", op.prepare((buffer, grad), "step"))
+    assert torch.allclose(buffer.float(), 2 * grad.float(), atol=1e-3)
 
 
 def test_adam_step_runs_and_moves_the_parameters():

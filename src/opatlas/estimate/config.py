@@ -93,6 +93,12 @@ class TrainingConfig(_Strict):
         default=False, description="gradients accumulated and reduced in fp32 (Megatron-LM "
                                    "under bf16, or --accumulate-allreduce-grads-in-fp32): 4 "
                                    "bytes a parameter in memory and on the wire")
+    grad_accumulation_fusion: bool = Field(
+        default=True, description="the weight-gradient GEMMs add into the gradient buffer "
+                                  "themselves (Megatron-LM's default since 2022); false: each "
+                                  "micro-batch's gradients are added to it in a memory-bound "
+                                  "pass of their own (--no-gradient-accumulation-fusion, "
+                                  "Megatron-LM before 2022)")
 
     @property
     def grad_bytes(self) -> int:

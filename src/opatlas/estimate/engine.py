@@ -178,11 +178,12 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     terms = _op_terms(fn, cfgs)
     devs = [_device_params(c) for c in cfgs]
     opt = _optimizer_times(fn, cfgs, devs)
+    accum = _accumulation_times(fn, cfgs)
     notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
     limit = _memory_limit_gib(base, device)
     if not math.isfinite(limit):
         notes = [*notes, _unchecked_memory(base, device.name)]
-    ests = [_assemble(c, devs[i], device, comm, terms[i], opt[i], notes, limit)
+    ests = [_assemble(c, devs[i], device, comm, terms[i], (opt[i], accum[i]), notes, limit)
             for i, c in enumerate(cfgs)]
     if (comm_note := take_fallback_note(comm)) is not None:
         _said_or_refused(base, comm_note)
@@ -275,9 +276,9 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
     return [(float(s), float(n)) for s, n in zip(times, shapes["n_params"], strict=True)]
 
 
-def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
-    """Parameters on the busiest pipeline device (one TP shard; 1/ep of the experts), layers
-    per device, and how many of that device's parameters are experts'."""
+def _params_per_device(c: TrainConfig) -> tuple[list[float], list[int], float]:
+    """Parameters on each pipeline device (one TP shard; 1/ep of the experts), layers per
+    device, and one layer's expert parameters on a device."""
     m, p = c.model, c.parallel
     chunks = partition_layers(m.layers, p.pp * p.virtual_stages)
     per_device = [sum(chunks[d::p.pp]) for d in range(p.pp)]
@@ -287,8 +288,37 @@ def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
     dev = [n * (dense + expert) for n in per_device]
     dev[0] += pm.embedding_params(m) / p.tp
     dev[-1] += pm.head_params(m) / p.tp
+    return dev, per_device, expert
+
+
+def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
+    """Parameters on the busiest pipeline device, layers per device, and how many of that
+    device's parameters are experts'."""
+    dev, per_device, expert = _params_per_device(c)
     busiest = int(np.argmax(dev))
     return dev[busiest], per_device, per_device[busiest] * expert
+
+
+def _accumulation_times(fn: Any, cfgs: list[TrainConfig]) -> list[list[tuple[float, dict]]]:
+    """Per config, per pipeline device: (seconds, shape) of adding one micro-batch's weight
+    gradients into the gradient buffer, where the weight-gradient GEMMs do not accumulate
+    themselves (``training.grad_accumulation_fusion`` false: Megatron-LM's ``main_grad`` hook
+    before 2022); ZeRO-2/3 add only their shard. Nothing where the accumulation is fused."""
+    out: list[list[tuple[float, dict]]] = [[(0.0, {})] * c.parallel.pp for c in cfgs]
+    rows, where = [], []
+    for i, c in enumerate(cfgs):
+        if c.training.grad_accumulation_fusion:
+            continue
+        shard = c.parallel.dp if c.parallel.zero >= 2 else 1
+        for d, n in enumerate(_params_per_device(c)[0]):
+            rows.append({"n_params": max(1, round(n / shard)),
+                         "buffer_bytes": c.training.grad_bytes})
+            where.append((i, d))
+    if rows:
+        times = fn("grad_accumulate", as_columns(rows), "step")  # the roofline, said, if no data
+        for (i, d), t, row in zip(where, times, rows, strict=True):
+            out[i][d] = (float(t), row)
+    return out
 
 
 def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride: int,
@@ -326,8 +356,8 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
 
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
-              terms: list[OpTerm], opt: tuple[float, float], notes: list[str],
-              limit: float) -> Estimate:
+              terms: list[OpTerm], steps: tuple[tuple[float, float], list[tuple[float, dict]]],
+              notes: list[str], limit: float) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     nmb = c.micro_batches
     act = 2.0 * c.training.micro_batch * m.seq_len * m.hidden  # one layer's activations, 16-bit
@@ -343,6 +373,7 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     chunks = p.virtual_stages if p.schedule == "interleaved" else 1
     a2a_bytes, a2a = _ep_comm(comm, c)
     params_dev, per_device, experts_dev = dev
+    opt, accum = steps
 
     def per_call(where: str, attr: str, recomputed_only: bool = False) -> float:
         return sum(t.count * getattr(t, attr) for t in terms
@@ -367,11 +398,14 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
 
     stage_times = [layers * (lf + lb + rf) + (first if d == 0 else 0.0)
                    + (last if d == p.pp - 1 else 0.0) + ar * tp_calls(d)
-                   + a2a * layers * per_layer_comm + (p2p + gather) * sends(d)
+                   + a2a * layers * per_layer_comm + (p2p + gather) * sends(d) + accum[d][0]
                    for d, layers in enumerate(per_device)]
     slow = int(np.argmax(stage_times))
     t, layers = stage_times[slow], per_device[slow]
     items = op_items(terms, layers, nmb, slow == 0, slow == p.pp - 1)
+    if accum[slow][0] > 0:
+        items.append(StepItem("grad_accumulate", "step", "compute", float(nmb),
+                              nmb * accum[slow][0], accum[slow][1]))
     items += comm_item("all_reduce", "tp_comm", nmb * tp_calls(slow), ar,
                        {"bytes": act, "ranks": p.tp})
     items += comm_item("all_to_all", "ep_comm", nmb * layers * per_layer_comm, a2a,

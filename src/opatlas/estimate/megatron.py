@@ -449,7 +449,8 @@ def _training(a: _Args, dp: int, notes: list[str]) -> dict[str, Any]:
                      "under " + ("bf16" if dtype == "bf16" else
                                  "--accumulate-allreduce-grads-in-fp32") + ")")
     return {"global_batch": global_batch, "micro_batch": micro, "dtype": dtype,
-            "grads_fp32": grads_fp32}
+            "grads_fp32": grads_fp32,
+            "grad_accumulation_fusion": not a.switch("no-gradient-accumulation-fusion")}
 
 
 def _parallel(a: _Args, model: dict[str, Any], tp: int, gpus: int | None,

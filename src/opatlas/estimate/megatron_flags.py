@@ -92,7 +92,7 @@ use-ring-exchange-p2p high-priority-stream-groups defer-embedding-wgrad-compute
 wgrad-deferral-limit use-tp-pp-dp-mapping
 no-masked-softmax-fusion no-bias-gelu-fusion no-bias-swiglu-fusion no-bias-dropout-fusion
 no-rope-fusion cross-entropy-loss-fusion cross-entropy-fusion-impl no-persist-layer-norm
-no-gradient-accumulation-fusion no-async-tensor-model-parallel-allreduce
+no-async-tensor-model-parallel-allreduce
 use-fused-weighted-squared-relu use-te-activation-func deterministic-mode manual-gc
 manual-gc-interval no-manual-gc-eval empty-unused-memory-level
 enable-cuda-graph cuda-graph-warmup-steps external-cuda-graph cuda-graph-impl cuda-graph-scope

@@ -1,5 +1,6 @@
 """The rest of the transformer catalog: embedding, rmsnorm, swiglu, rope, masked_softmax,
-fillmask, baddbmm, residual_add, cross_entropy (vocab-parallel), adam_step, moe.
+fillmask, baddbmm, residual_add, cross_entropy (vocab-parallel), adam_step, grad_accumulate,
+moe.
 
 Parameters follow estimate-train-time's names (mp, b, h, l, dim) plus what upstream hard-codes
 (vocab, ffn width, kv heads, experts, top-k). FLOP conventions per op are in each docstring.
@@ -452,6 +453,47 @@ class AdamStep(Op):
 
     def execute(self, state: Any, pass_: str, prepared: Any) -> None:
         state.step()
+
+
+@register_op
+class GradAccumulate(Op):
+    """One micro-batch's weight gradients added into the gradient buffer, as a pass of its own:
+    ``buffer += grad`` over ``n_params``, 1 FLOP per parameter; reads the gradient (``dtype``)
+    and the buffer (``buffer_bytes`` per element: 2 for 16-bit, 4 for fp32) and writes the
+    buffer. Megatron-LM runs it in a hook after every micro-batch's backward
+    (``main_grad.add_(grad)``) unless the weight-gradient GEMMs accumulate into the buffer
+    themselves (gradient-accumulation fusion, from 2022 on; apex ported it in NVIDIA/apex#1297)."""
+
+    name = "grad_accumulate"
+    params = ("n_params",)
+    defaults = {"buffer_bytes": 4}
+    passes = ("step",)
+    description = "weight gradients added into the gradient buffer (unfused accumulation)"
+    rules = (Rule("no parameters (n_params must be > 0)", lambda p: bool(I(p["n_params"]) > 0)),
+             Rule("buffer_bytes must be 2 or 4",
+                  lambda p: int(p["buffer_bytes"]) in (2, 4)),)
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        return {"step": 1.0 * I(p["n_params"])}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        per = dtype_bytes(p["dtype"]) + 2 * I(p["buffer_bytes"])
+        return {"step": per * I(p["n_params"])}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        import torch
+
+        n = int(p["n_params"])
+        buffer = torch.zeros(n, dtype=torch.float32 if int(p["buffer_bytes"]) == 4
+                             else torch_dtype(p["dtype"]), device=device)
+        return buffer, randn(n, dtype=p["dtype"], device=device, grad=False)
+
+    def prepare(self, state: Any, pass_: str) -> Any:
+        return None
+
+    def execute(self, state: Any, pass_: str, prepared: Any) -> None:
+        buffer, grad = state
+        buffer.add_(grad)
 
 
 def moe_dims(p: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
