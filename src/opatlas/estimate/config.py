@@ -40,6 +40,10 @@ class ModelConfig(_Strict):
     tied_embeddings: bool = False
     experts: int = Field(default=0, ge=0)
     top_k: int = Field(default=0, ge=0)
+    qk_norm: bool = Field(
+        default=False, description="a norm of model.norm's kind over each query and key head "
+                                   "before attention, its head_dim weights shared by the heads "
+                                   "(Qwen3; Megatron-LM's --qk-layernorm)")
     attention: Literal["flash", "unfused"] = Field(
         default="flash", description="flash: one fused kernel; unfused: baddbmm, masked softmax "
                                      "and bmm as Megatron-LM ran attention before FlashAttention")

@@ -111,8 +111,8 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     m = cfg.model
     norm = "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm"
     ops: list[tuple[str, dict[str, Any], int]] = [
-        (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), *attention_ops(m),
-        ("linear2", {}, 1), ("res_add", {}, 2)]
+        (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), *_qk_norm_ops(m, norm),
+        *attention_ops(m), ("linear2", {}, 1), ("res_add", {}, 2)]
     if m.rope:  # on q and on k: one row of two calls when k has as many heads as q
         ops += [("RoPE", {}, 2)] if m.kv == m.heads else \
             [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * m.hd}, 1)]
@@ -127,14 +127,32 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     return ops
 
 
+def _qk_norm_ops(m: ModelConfig, norm: str) -> list[tuple[str, dict[str, Any], int]]:
+    """The query and key norms (``model.qk_norm``): the norm over each head of a rank, i.e.
+    rows of ``head_dim`` for every token and head (not split by sequence parallelism: the
+    attention's tensors are split by heads)."""
+    if not m.qk_norm:
+        return []
+
+    def rows(heads: int) -> Any:
+        return lambda c: m.seq_len * heads // c.parallel.tp
+
+    if m.kv == m.heads:  # as many key heads as query heads: one row of two calls
+        return [(norm, {"l": rows(m.heads), "dim": m.hd}, 2)]
+    return [(norm, {"l": rows(m.heads), "dim": m.hd}, 1),
+            (norm, {"l": rows(m.kv), "dim": m.hd}, 1)]
+
+
 def _shapes(cfgs: list[TrainConfig], extra: dict[str, Any],
             seq_split: bool) -> tuple[Columns, list[dict[str, Any]]]:
+    """Each config's shape of one op; an ``extra`` value may be a function of the config."""
     rows = []
     for c in cfgs:
         m, p = c.model, c.parallel
         seq = m.seq_len // p.tp if (seq_split and p.sequence_parallel) else m.seq_len
         rows.append({"mp": p.tp, "b": c.training.micro_batch, "h": m.heads, "l": seq,
-                     "dim": m.hidden, **m.head_dim_shape, **extra})
+                     "dim": m.hidden, **m.head_dim_shape,
+                     **{k: v(c) if callable(v) else v for k, v in extra.items()}})
     return as_columns(rows), rows
 
 
@@ -282,7 +300,7 @@ def _params_per_device(c: TrainConfig) -> tuple[list[float], list[int], float]:
     m, p = c.model, c.parallel
     chunks = partition_layers(m.layers, p.pp * p.virtual_stages)
     per_device = [sum(chunks[d::p.pp]) for d in range(p.pp)]
-    norms, experts = 2 * pm.norm_params(m), pm.expert_params(m)
+    norms, experts = pm.layer_norm_params(m), pm.expert_params(m)
     dense = (pm.layer_params(m) - norms - experts) / p.tp + norms
     expert = experts / (p.tp * p.ep)
     dev = [n * (dense + expert) for n in per_device]

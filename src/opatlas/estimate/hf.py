@@ -38,6 +38,7 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)  # our standard name -> its name
     default_act: str = "silu"
     gqa: bool = True                  # reads num_key_value_heads
+    qk_norm: bool = False             # a norm over each query and key head
 
 
 _GPT2_NAMES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
@@ -50,9 +51,10 @@ FAMILIES: dict[str, Family] = {
     "mixtral": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
                       moe="num_local_experts"),
     "qwen2": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
-    "qwen3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "qwen3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
+                    qk_norm=True),
     "qwen3_moe": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
-                        moe="num_experts", expert_ffn="moe_intermediate_size"),
+                        moe="num_experts", expert_ffn="moe_intermediate_size", qk_norm=True),
     "gpt2": Family(gated=False, norm="layernorm", rope=False, bias=True, tied_default=True,
                    aliases=_GPT2_NAMES, default_act="gelu_new", gqa=False),
     "gpt_neox": Family(gated=False, norm="layernorm", rope=True, bias=True, tied_default=False,
@@ -269,13 +271,11 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     if model_type == "qwen2":
         r.assumed.append("Qwen2's query/key/value biases (a few thousand parameters a layer) "
                          "are not counted")
-    if model_type == "qwen3":
-        r.assumed.append("Qwen3's per-head query/key RMSNorms (2 · head_dim weights a layer) "
-                         "are not counted")
     fields = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv, "ffn": ffn,
               "ffn_kind": "swiglu" if fam.gated else "gelu", "vocab": vocab,
               "seq_len": seq_len, "norm": fam.norm, "rope": fam.rope,
               "learned_positions": not fam.rope, "bias": bias, "tied_embeddings": tied,
+              **({"qk_norm": True} if fam.qk_norm else {}),
               **({"mlp_bias": mlp_bias} if mlp_bias is not None and mlp_bias != bias else {}),
               **head_dim, **_experts(r, fam)}
     read = list(dict.fromkeys(r.read))

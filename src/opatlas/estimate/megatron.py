@@ -245,7 +245,8 @@ def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
         "rope": position == "rope", "learned_positions": position == "learned_absolute",
         "bias": not a.switch("disable-bias-linear"),
         "tied_embeddings": not a.switch("untie-embeddings-and-output-weights"),
-        "attention": _attention(a, notes), **_experts(a, notes)}
+        "qk_norm": a.switch("qk-layernorm"), "attention": _attention(a, notes),
+        **_experts(a, notes)}
     if position == "learned_absolute" and max_pos is not None and max_pos != shape["seq_len"]:
         notes.append(f"the learned position table is counted at --seq-length {shape['seq_len']} "
                      f"rows, not --max-position-embeddings {max_pos}")

@@ -99,7 +99,7 @@ enable-cuda-graph cuda-graph-warmup-steps external-cuda-graph cuda-graph-impl cu
 moe-token-dispatcher-type moe-enable-deepep moe-deepep-num-sms moe-permute-fusion
 moe-grouped-gemm moe-use-legacy-grouped-gemm moe-router-fusion moe-router-force-load-balancing
 moe-router-padding-for-fp8 moe-expert-capacity-factor moe-apply-probs-on-input
-overlap-moe-expert-parallel-comm delay-wgrad-compute qk-layernorm qk-l2-norm
+overlap-moe-expert-parallel-comm delay-wgrad-compute qk-l2-norm
 rotary-percent add-qkv-bias rampup-batch-size distribute-saved-activations
 distribute-checkpointed-activations spec
 """)

@@ -31,12 +31,14 @@ def activation_bytes_per_layer(m: ModelConfig, micro_batch: int, tp: int, sp: bo
     with it; selective recomputation (or flash attention) drops the 5·a·s/h attention term;
     full recomputation keeps only the layer input, 2·s·b·h (/t with SP). Of the 24/t, 8/t are
     the attention's Q, K, V and context (4 tensors of 2 bytes): they scale with the query
-    heads' width q = heads · head_dim where that differs from h."""
+    heads' width q = heads · head_dim where that differs from h. Query and key norms
+    (``qk_norm``) keep their inputs too: 2·(q + k) more, k the key heads' width."""
     s, b, h, a, q = m.seq_len, micro_batch, m.hidden, m.heads, m.attn_width
     if recompute == "full":
         return 2.0 * s * b * h / (tp if sp else 1)
     attn = 0.0 if (recompute == "selective" or flash) else 5.0 * a * s / tp
-    sharded = 16.0 * h + 8.0 * q  # the MLP's two 4·h-wide tensors, the attention's four
+    qk = 2.0 * (q + m.kv * m.hd) if m.qk_norm else 0.0
+    sharded = 16.0 * h + 8.0 * q + qk  # the MLP's two 4·h-wide tensors, the attention's four
     core = (10.0 * h + sharded) / tp if sp else 10.0 * h + sharded / tp
     return s * b * (core + attn)
 

@@ -31,8 +31,19 @@ def norm_params(m: ModelConfig) -> int:
     return (2 if m.norm == "layernorm" else 1) * m.hidden
 
 
+def qk_norm_params(m: ModelConfig) -> int:
+    """The query and key norms: one head's width of weights each (and biases for LayerNorm),
+    shared by all heads."""
+    return 2 * (2 if m.norm == "layernorm" else 1) * m.hd if m.qk_norm else 0
+
+
+def layer_norm_params(m: ModelConfig) -> int:
+    """Every norm weight of one layer: replicated on tensor-parallel ranks, not split."""
+    return 2 * norm_params(m) + qk_norm_params(m)
+
+
 def layer_params(m: ModelConfig) -> int:
-    return attention_params(m) + mlp_params(m) + 2 * norm_params(m)
+    return attention_params(m) + mlp_params(m) + layer_norm_params(m)
 
 
 def embedding_params(m: ModelConfig) -> int:
@@ -53,12 +64,12 @@ def active_layer_params(m: ModelConfig) -> int:
     if not m.experts:
         return layer_params(m)
     one = mlp_params(m.model_copy(update={"experts": 0}))
-    return attention_params(m) + m.top_k * one + 2 * norm_params(m)
+    return attention_params(m) + m.top_k * one + layer_norm_params(m)
 
 
 def model_flops_per_token(m: ModelConfig) -> float:
     """Training FLOPs per token without recomputation: 6·(active weights) for the matmuls plus
     causal attention scores and values, 6·L·s·q (forward 2·L·s·q halved by causality, ×3; q
     the query heads' width, the hidden size unless ``head_dim`` says otherwise)."""
-    matmul = m.layers * (active_layer_params(m) - 2 * norm_params(m)) + m.vocab * m.hidden
+    matmul = m.layers * (active_layer_params(m) - layer_norm_params(m)) + m.vocab * m.hidden
     return 6.0 * matmul + 6.0 * m.layers * m.seq_len * m.attn_width
