@@ -201,7 +201,7 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     limit = _memory_limit_gib(base, device)
     if not math.isfinite(limit):
         notes = [*notes, _unchecked_memory(base, device.name)]
-    ests = [_assemble(c, devs[i], device, comm, terms[i], (opt[i], accum[i]), notes, limit)
+    ests = [_assemble(c, devs[i], device, comm, terms[i], opt[i], accum[i], notes, limit)
             for i, c in enumerate(cfgs)]
     if (comm_note := take_fallback_note(comm)) is not None:
         _said_or_refused(base, comm_note)
@@ -374,7 +374,7 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
 
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
-              terms: list[OpTerm], steps: tuple[tuple[float, float], list[tuple[float, dict]]],
+              terms: list[OpTerm], opt: tuple[float, float], accum: list[tuple[float, dict]],
               notes: list[str], limit: float) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     nmb = c.micro_batches
@@ -391,7 +391,6 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     chunks = p.virtual_stages if p.schedule == "interleaved" else 1
     a2a_bytes, a2a = _ep_comm(comm, c)
     params_dev, per_device, experts_dev = dev
-    opt, accum = steps
 
     def per_call(where: str, attr: str, recomputed_only: bool = False) -> float:
         return sum(t.count * getattr(t, attr) for t in terms
