@@ -194,9 +194,10 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     device, fn = op_times(base.cluster.device, dtype, base.ops)  # data mode: any device name
     comm = _comm_model(base)
     terms = _op_terms(fn, cfgs)
-    devs = [_device_params(c) for c in cfgs]
+    held = [_params_per_device(c) for c in cfgs]
+    devs = [_busiest(h) for h in held]
     opt = _optimizer_times(fn, cfgs, devs)
-    accum = _accumulation_times(fn, cfgs)
+    accum = _accumulation_times(fn, cfgs, [h[0] for h in held])
     notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
     limit = _memory_limit_gib(base, device)
     if not math.isfinite(limit):
@@ -309,15 +310,16 @@ def _params_per_device(c: TrainConfig) -> tuple[list[float], list[int], float]:
     return dev, per_device, expert
 
 
-def _device_params(c: TrainConfig) -> tuple[float, list[int], float]:
-    """Parameters on the busiest pipeline device, layers per device, and how many of that
-    device's parameters are experts'."""
-    dev, per_device, expert = _params_per_device(c)
+def _busiest(held: tuple[list[float], list[int], float]) -> tuple[float, list[int], float]:
+    """Of ``_params_per_device``: the parameters on the busiest pipeline device, layers per
+    device, and how many of that device's parameters are experts'."""
+    dev, per_device, expert = held
     busiest = int(np.argmax(dev))
     return dev[busiest], per_device, per_device[busiest] * expert
 
 
-def _accumulation_times(fn: Any, cfgs: list[TrainConfig]) -> list[list[tuple[float, dict]]]:
+def _accumulation_times(fn: Any, cfgs: list[TrainConfig],
+                        params: list[list[float]]) -> list[list[tuple[float, dict]]]:
     """Per config, per pipeline device: (seconds, shape) of adding one micro-batch's weight
     gradients into the gradient buffer, where the weight-gradient GEMMs do not accumulate
     themselves (``training.grad_accumulation_fusion`` false: Megatron-LM's ``main_grad`` hook
@@ -328,7 +330,7 @@ def _accumulation_times(fn: Any, cfgs: list[TrainConfig]) -> list[list[tuple[flo
         if c.training.grad_accumulation_fusion:
             continue
         shard = c.parallel.dp if c.parallel.zero >= 2 else 1
-        for d, n in enumerate(_params_per_device(c)[0]):
+        for d, n in enumerate(params[i]):
             rows.append({"n_params": max(1, round(n / shard)),
                          "buffer_bytes": c.training.grad_bytes})
             where.append((i, d))
