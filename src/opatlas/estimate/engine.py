@@ -29,6 +29,7 @@ from opatlas.estimate.config import ModelConfig, TrainConfig
 from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
 from opatlas.estimate.optimes import op_times
+from opatlas.estimate.optimizer_step import mixed_precision_passes, step_over_adam
 from opatlas.estimate.pipeline import Schedule, partition_layers
 
 GiB = 2**30
@@ -291,8 +292,9 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
                        for c, dev in zip(cfgs, devs, strict=True)])
     shapes = as_columns({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
                          "encoders": 0})
-    times = fn("middleStage_optimizer", shapes, "step")  # data, or the roofline said on stderr
-    return [(float(s), float(n)) for s, n in zip(times, shapes["n_params"], strict=True)]
+    adam = fn("middleStage_optimizer", shapes, "step")  # data, or the roofline said on stderr
+    return [(float(s) * step_over_adam(c.training), float(n))
+            for c, s, n in zip(cfgs, adam, shapes["n_params"], strict=True)]
 
 
 def _params_per_device(c: TrainConfig) -> tuple[list[float], list[int], float]:
@@ -388,8 +390,8 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     # the activation is already split) the receiving ranks all-gather the pieces in the node
     p2p_bytes = act / p.tp
     p2p = _coll(comm, "p2p", p2p_bytes, 2, p.tp * p.dp, gpn) if p.pp > 1 else 0.0
-    gather = _coll(comm, "all_gather", act, p.tp, 1, gpn) \
-        if p.pp > 1 and not p.sequence_parallel else 0.0
+    ag = _coll(comm, "all_gather", act, p.tp, 1, gpn)
+    gather = ag if p.pp > 1 and not p.sequence_parallel else 0.0
     chunks = p.virtual_stages if p.schedule == "interleaved" else 1
     a2a_bytes, a2a = _ep_comm(comm, c)
     params_dev, per_device, experts_dev = dev
@@ -409,6 +411,18 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
         column-parallel projection's backward)."""
         return per_device[d] * per_layer_comm + (d == 0) + (d == p.pp - 1)
 
+    def regathers(d: int) -> int:
+        """Sequence parallelism keeps only its shard of a column-parallel projection's input,
+        so the backward all-gathers it again for the weight gradient (Megatron-LM's
+        ``LinearWithGradAccumulationAndAsyncCommunication``): the layers' QKV and FC1, and
+        the head on the last device. Exposed, like the other tensor-parallel collectives."""
+        if not p.sequence_parallel:
+            return 0
+        return per_device[d] * 2 + (d == p.pp - 1)
+
+    def tp_time(d: int) -> float:
+        return ar * tp_calls(d) + ag * regathers(d)
+
     def sends(d: int) -> int:
         """Per micro-batch, the chunk boundaries this device receives and sends across: one
         neighbour exchange each (an activation one way, its gradient the other, over
@@ -416,7 +430,7 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
         return 0 if p.pp == 1 else chunks - (d == 0) + chunks - (d == p.pp - 1)
 
     stage_times = [layers * (lf + lb + rf) + (first if d == 0 else 0.0)
-                   + (last if d == p.pp - 1 else 0.0) + ar * tp_calls(d)
+                   + (last if d == p.pp - 1 else 0.0) + tp_time(d)
                    + a2a * layers * per_layer_comm + (p2p + gather) * sends(d) + accum[d][0]
                    for d, layers in enumerate(per_device)]
     slow = int(np.argmax(stage_times))
@@ -427,6 +441,8 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
                               nmb * accum[slow][0], accum[slow][1]))
     items += comm_item("all_reduce", "tp_comm", nmb * tp_calls(slow), ar,
                        {"bytes": act, "ranks": p.tp})
+    items += comm_item("all_gather", "tp_comm", nmb * regathers(slow), ag,
+                       {"bytes": act, "ranks": p.tp, "role": "sequence-parallel re-gather"})
     items += comm_item("all_to_all", "ep_comm", nmb * layers * per_layer_comm, a2a,
                        {"bytes": a2a_bytes, "ranks": p.ep})
     items += comm_item("p2p", "p2p", nmb * sends(slow), p2p, {"bytes": p2p_bytes, "ranks": 2})
@@ -439,10 +455,12 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
                               {"schedule": p.schedule, "stages": p.pp, "micro_batches": nmb,
                                "virtual_stages": sched.v}))
     items += _dp_items(comm, c, params_dev, experts_dev, nmb, per_device[-1] * (lb + rf),
-                       nmb * (t - ar * tp_calls(slow)))
+                       nmb * (t - tp_time(slow)))
     opt_s, opt_params = opt
     items.append(StepItem("optimizer", "step", "optimizer", 1.0, opt_s,
-                          {"n_params": opt_params}))
+                          {"n_params": opt_params,
+                           "passes_bytes_per_param":
+                               sum(mixed_precision_passes(c.training).values())}))
     breakdown = breakdown_of(items)
     step = sum(breakdown.values())
     tokens = c.training.global_batch * m.seq_len

@@ -411,6 +411,9 @@ def stage_tensors(p: Mapping[str, Any]) -> Any:
     return pick(layered, tensors, 1)
 
 
+ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, m, v read; param, m, v written
+
+
 @register_op
 class AdamStep(Op):
     """One fused AdamW step over a parameter count (fp32 states): 12 FLOPs per parameter
@@ -430,7 +433,7 @@ class AdamStep(Op):
         return {"step": 12.0 * stage_params(p)}
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"step": 28.0 * stage_params(p)}
+        return {"step": float(ADAM_BYTES_PER_PARAM) * stage_params(p)}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         n, tensors = stage_params(p), stage_tensors(p)

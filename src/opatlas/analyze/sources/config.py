@@ -141,6 +141,9 @@ def _rows(est: Any) -> pd.DataFrame:
             c = batch_counts(op, pd.DataFrame([{**it.shape, "dtype": dtype}])).iloc[0]
             row["flops"] = it.calls * float(c.get(f"flops_{counted}", math.nan))
             row["bytes"] = it.calls * float(c.get(f"bytes_{counted}", math.nan))
+            if it.category == "optimizer":  # the mixed-precision passes around the Adam kernel
+                row["bytes"] += it.calls * float(it.shape.get("n_params", 0.0)) * float(
+                    it.shape.get("passes_bytes_per_param", 0.0))
             g = gemm_of(c)
             if g is not None:
                 row["gemms"] = backward_gemms(g) if it.pass_ == "bwd" else [g]
