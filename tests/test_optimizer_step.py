@@ -50,6 +50,22 @@ def test_optimizer_item_streams_adam_and_the_passes(dtype):
                                        rel=1e-6)
 
 
+def test_zero1_updates_its_shard_but_zeroes_its_whole_gradient_buffer():
+    whole = estimate_step(_cfg("parallel.zero=0"))
+    shard = estimate_step(_cfg("parallel.zero=1"))
+    (opt0,) = [it for it in whole.items if it.category == "optimizer"]
+    (opt1,) = [it for it in shard.items if it.category == "optimizer"]
+    held, dp = opt0.shape["n_params"], shard.config.parallel.dp
+    n = opt1.shape["n_params"]
+    assert n == pytest.approx(held / dp, rel=1e-6)
+    passes = mixed_precision_passes(shard.config.training)  # bf16, 16-bit gradients
+    streamed = (28 + sum(passes.values()) - passes["zero_grads"]) * n \
+        + passes["zero_grads"] * held
+    assert opt1.time_s == pytest.approx(streamed / (get_device("H100").bandwidth * 0.8),
+                                        rel=1e-6)
+    assert opt1.shape["passes_bytes_per_param"] * n == pytest.approx(streamed - 28 * n)
+
+
 def test_analyzer_counts_the_passes_bytes():
     from opatlas.analyze.sources.config import _rows
 

@@ -29,7 +29,7 @@ from opatlas.estimate.config import ModelConfig, TrainConfig
 from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
 from opatlas.estimate.optimes import op_times
-from opatlas.estimate.optimizer_step import mixed_precision_passes, step_over_adam
+from opatlas.estimate.optimizer_step import passes_bytes, step_over_adam
 from opatlas.estimate.pipeline import Schedule, partition_layers
 
 GiB = 2**30
@@ -280,10 +280,12 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
     return float(comm.time(op, np.array([nbytes]), ranks, within, per_node)[0])
 
 
-def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
-                     devs: list[tuple[float, list[int], float]]) -> list[tuple[float, float]]:
-    """The optimizer step of the busiest device: ZeRO ≥ 1 shards the dense parameters' states
-    over dp ranks and the experts' over the dp/ep ranks that hold the same experts."""
+def _optimizer_times(fn: Any, cfgs: list[TrainConfig], devs: list[tuple[float, list[int], float]]
+                     ) -> list[tuple[float, float, float]]:
+    """(seconds, parameters updated, the mixed-precision passes' bytes per such parameter) of
+    the busiest device's optimizer step: ZeRO ≥ 1 shards the dense parameters' states over dp
+    ranks and the experts' over the dp/ep ranks that hold the same experts; only ZeRO-1 keeps
+    (and zeroes) the whole gradient buffer."""
     def shard(c: TrainConfig, ranks: int) -> int:
         return ranks if c.parallel.zero >= 1 else 1
 
@@ -293,8 +295,10 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig],
     shapes = as_columns({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
                          "encoders": 0})
     adam = fn("middleStage_optimizer", shapes, "step")  # data, or the roofline said on stderr
-    return [(float(s) * step_over_adam(c.training), float(n))
-            for c, s, n in zip(cfgs, adam, shapes["n_params"], strict=True)]
+    buffers = [dev[0] / n if c.parallel.zero == 1 else 1.0
+               for c, dev, n in zip(cfgs, devs, shapes["n_params"], strict=True)]
+    return [(float(s) * step_over_adam(c.training, r), float(n), passes_bytes(c.training, r))
+            for c, s, n, r in zip(cfgs, adam, shapes["n_params"], buffers, strict=True)]
 
 
 def _params_per_device(c: TrainConfig) -> tuple[list[float], list[int], float]:
@@ -378,7 +382,7 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
 
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
-              terms: list[OpTerm], opt: tuple[float, float], accum: list[tuple[float, dict]],
+              terms: list[OpTerm], opt: tuple[float, float, float], accum: list[tuple[float, dict]],
               notes: list[str], limit: float) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     nmb = c.micro_batches
@@ -456,11 +460,9 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
                                "virtual_stages": sched.v}))
     items += _dp_items(comm, c, params_dev, experts_dev, nmb, per_device[-1] * (lb + rf),
                        nmb * (t - tp_time(slow)))
-    opt_s, opt_params = opt
+    opt_s, opt_params, passes = opt
     items.append(StepItem("optimizer", "step", "optimizer", 1.0, opt_s,
-                          {"n_params": opt_params,
-                           "passes_bytes_per_param":
-                               sum(mixed_precision_passes(c.training).values())}))
+                          {"n_params": opt_params, "passes_bytes_per_param": passes}))
     breakdown = breakdown_of(items)
     step = sum(breakdown.values())
     tokens = c.training.global_batch * m.seq_len

@@ -46,6 +46,14 @@ def mixed_precision_passes(t: TrainingConfig) -> dict[str, int]:
     return passes
 
 
-def step_over_adam(t: TrainingConfig) -> float:
+def passes_bytes(t: TrainingConfig, buffer_over_shard: float = 1.0) -> float:
+    """The passes' bytes per parameter the optimizer updates. Under ZeRO-1 (the distributed
+    optimizer) a rank updates 1/dp of the parameters but zeroes its whole gradient buffer,
+    ``buffer_over_shard`` times as many."""
+    passes = mixed_precision_passes(t)
+    return sum(passes.values()) + passes["zero_grads"] * (buffer_over_shard - 1.0)
+
+
+def step_over_adam(t: TrainingConfig, buffer_over_shard: float = 1.0) -> float:
     """The optimizer step's time over the Adam kernel's: (28 + passes' bytes) / 28."""
-    return (ADAM_BYTES_PER_PARAM + sum(mixed_precision_passes(t).values())) / ADAM_BYTES_PER_PARAM
+    return (ADAM_BYTES_PER_PARAM + passes_bytes(t, buffer_over_shard)) / ADAM_BYTES_PER_PARAM
