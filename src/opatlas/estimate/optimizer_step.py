@@ -33,16 +33,13 @@ from opatlas.ops.transformer import ADAM_BYTES_PER_PARAM
 
 def mixed_precision_passes(t: TrainingConfig) -> dict[str, int]:
     """Bytes per parameter of each pass of one optimizer step besides the Adam kernel."""
-    passes: dict[str, int] = {}
+    passes = {"grad_norm": 4, "zero_grads": t.grad_bytes}
     if t.dtype != "fp32":
+        passes["params_to_16bit"] = 4 + 2
         if t.grad_bytes == 2:
             passes["grads_to_fp32"] = 2 + 4
         if t.dtype == "fp16":
             passes["unscale"] = 4 + 4
-    passes["grad_norm"] = 4
-    if t.dtype != "fp32":
-        passes["params_to_16bit"] = 4 + 2
-    passes["zero_grads"] = t.grad_bytes
     return passes
 
 
