@@ -15,6 +15,7 @@ from opatlas.devices import get_device
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.estimate import estimate_step, load_config
 from opatlas.estimate import model as pm
+from opatlas.estimate.config import ModelConfig
 from opatlas.estimate.hf import map_hf_config
 from opatlas.estimate.inputs import load_inputs
 from opatlas.estimate.megatron import megatron_config
@@ -31,6 +32,23 @@ MEGATRON = REPO / "examples" / "megatron"
     ("qwen2.5-7b", 7.61e9), ("qwen3-8b", 8.19e9)])
 def test_bundled_hf_configs_match_the_published_parameter_counts(name, published):
     assert pm.total_params(load_config(name).model) == pytest.approx(published, rel=0.002)
+
+
+def test_qwen2_counts_its_query_key_value_biases_exactly():
+    m = load_config("qwen2.5-7b").model
+    assert m.qkv_bias and not m.bias
+    # 28 layers, each with biases on q (3,584) and on k and v (4 heads of 128 each)
+    no_bias = m.model_copy(update={"qkv_bias": None})
+    assert pm.total_params(m) - pm.total_params(no_bias) == 28 * (3584 + 2 * 512)
+    assert pm.total_params(m) == 7_615_616_512  # Qwen2.5-7B's published count, to the unit
+
+
+def test_megatron_add_qkv_bias():
+    args = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--micro-batch-size 1 --vocab-size 50257 --disable-bias-linear --add-qkv-bias")
+    m = ModelConfig(**megatron_config(args, gpus=8).config["model"])
+    assert (m.bias, m.qkv_bias) == (False, True)
+    assert pm.attention_params(m) == 4 * 1024**2 + 3 * 1024
 
 
 def test_llama_fields_and_what_was_read_and_assumed():

@@ -1,6 +1,7 @@
-"""Query and key norms (``model.qk_norm``: Qwen3, Megatron-LM's --qk-layernorm): one head's
-width of weights each, a norm over every head of a rank before attention, and their inputs
-kept for the backward."""
+"""Query and key norms (``model.qk_norm``). ``head`` (Qwen3, Megatron-LM's --qk-layernorm): one
+head's width of weights each, a norm over every head of a rank before attention. ``full``
+(OLMo 2): one norm over all query heads and one over all key heads of a token. Their inputs
+are kept for the backward."""
 
 from __future__ import annotations
 
@@ -99,3 +100,65 @@ def test_megatron_qk_layernorm_flag():
     assert not megatron_config(base, gpus=8).config["model"]["qk_norm"]
     run = megatron_config(base + "--qk-layernorm --normalization RMSNorm", gpus=8)
     assert run.config["model"]["qk_norm"] and run.config["model"]["norm"] == "rmsnorm"
+
+
+# OLMo-2-1124-7B's config.json (allenai/OLMo-2-1124-7B on the Hugging Face Hub)
+OLMO2_7B = {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": 4096,
+            "intermediate_size": 11008, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "num_hidden_layers": 32, "vocab_size": 100352, "max_position_embeddings": 4096,
+            "hidden_act": "silu", "attention_bias": False, "rms_norm_eps": 1e-06,
+            "rope_theta": 500000, "tie_word_embeddings": False, "torch_dtype": "float32"}
+
+
+def test_olmo2_full_width_norms_counted_by_hand():
+    m = ModelConfig(**map_hf_config(OLMO2_7B, "olmo2.json").fields)
+    assert m.qk_norm == "full" and not m.bias and m.ffn_kind == "swiglu"
+    assert pm.qk_norm_params(m) == 4096 + 4096  # all 32 query heads of 128, all 32 key heads
+    layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096 + 8192
+    assert pm.layer_params(m) == layer
+    total = 32 * layer + 2 * 100352 * 4096 + 4096  # untied embedding and head, final norm
+    assert pm.total_params(m) == total == 7_298_617_344  # the model card's "7B" (7.3B)
+    with_kv = m.model_copy(update={"kv_heads": 8})  # a GQA variant: key norm over 8 heads
+    assert pm.qk_norm_params(with_kv) == 4096 + 1024
+
+
+def test_true_still_means_per_head():
+    m = ModelConfig(layers=1, hidden=1024, heads=8, seq_len=128, qk_norm=True)
+    assert m.qk_norm == "head" and pm.qk_norm_params(m) == 2 * 2 * 128
+    with pytest.raises(ValueError, match="qk_norm"):
+        ModelConfig(layers=1, hidden=1024, heads=8, seq_len=128, qk_norm="rows")
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_full_width_norms_are_a_row_per_token_over_the_ranks_heads(tp):
+    est = estimate_step(_cfg("model.qk_norm=full", "model.kv_heads=8", f"parallel.tp={tp}",
+                             "parallel.dp=1", "parallel.sequence_parallel=false"))
+    seq = est.config.model.seq_len
+    rows = sorted((it for it in est.items if it.name == "RMSlayernorm" and it.pass_ == "fwd"
+                   and it.shape["l"] == seq and it.shape["dim"] != 4096),
+                  key=lambda it: it.shape["dim"])
+    assert [it.shape["dim"] for it in rows] == [8 * 128 // tp, 32 * 128 // tp]
+    (hidden,) = [it for it in est.items if it.name == "RMSlayernorm" and it.pass_ == "fwd"
+                 and it.shape["dim"] == 4096 and it.calls > est.config.micro_batches]
+    # memory-bound: the query heads' norm over 4096/tp of a row costs 1/tp of the hidden one
+    assert rows[1].time_per_call_s == pytest.approx(hidden.time_per_call_s / tp, rel=0.02)
+
+
+def test_without_tp_the_full_width_norms_have_the_hidden_norms_shape():
+    est = estimate_step(_cfg("model.qk_norm=full", "parallel.tp=1", "parallel.dp=1"))
+    per_layer = est.config.micro_batches * est.config.model.layers
+    calls = sum(it.calls for it in est.items
+                if it.name == "RMSlayernorm" and it.pass_ == "fwd" and it.shape["dim"] == 4096)
+    # two a layer, the 32 query heads' and the 32 key heads' (4,096 wide each), the final one
+    assert calls == 4 * per_layer + est.config.micro_batches
+    assert not any(it.name == "RMSlayernorm" and it.shape["dim"] == 128 for it in est.items)
+
+
+def test_olmo2_estimates_from_its_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(OLMO2_7B))
+    notes: list[str] = []
+    cfg = load_config(str(path), notes)
+    assert cfg.model.qk_norm == "full"
+    assert any("norms after the attention and the FFN" in n for n in notes)
+    assert estimate_step(cfg).step_time_s > 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opatlas.errors import SpecError
 
@@ -40,10 +40,16 @@ class ModelConfig(_Strict):
     tied_embeddings: bool = False
     experts: int = Field(default=0, ge=0)
     top_k: int = Field(default=0, ge=0)
-    qk_norm: bool = Field(
-        default=False, description="a norm of model.norm's kind over each query and key head "
-                                   "before attention, its head_dim weights shared by the heads "
-                                   "(Qwen3; Megatron-LM's --qk-layernorm)")
+    qkv_bias: bool | None = Field(default=None, description="biases on the query, key and "
+                                                            "value projections; the same as "
+                                                            "bias unless given (Qwen2: true "
+                                                            "with bias false)")
+    qk_norm: Literal[False, "head", "full"] = Field(
+        default=False, description="a norm of model.norm's kind on the queries and keys before "
+                                   "attention. head (or true): over each head, its head_dim "
+                                   "weights shared by the heads (Qwen3; Megatron-LM's "
+                                   "--qk-layernorm); full: over all query heads and over all "
+                                   "key heads of a token, weights of those widths (OLMo 2)")
     attention: Literal["flash", "unfused"] = Field(
         default="flash", description="flash: one fused kernel; unfused: baddbmm, masked softmax "
                                      "and bmm as Megatron-LM ran attention before FlashAttention")
@@ -51,6 +57,11 @@ class ModelConfig(_Strict):
         default=0.0, ge=0, lt=1, description="dropout on the attention probabilities; unfused "
                                              "attention then runs one more kernel over the "
                                              "a·s² scores (Megatron-LM's default is 0.1)")
+
+    @field_validator("qk_norm", mode="before")
+    @classmethod
+    def _qk_norm_true_is_head(cls, value: Any) -> Any:
+        return "head" if value is True else value
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -129,11 +129,19 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
 
 
 def _qk_norm_ops(m: ModelConfig, norm: str) -> list[tuple[str, dict[str, Any], int]]:
-    """The query and key norms (``model.qk_norm``): the norm over each head of a rank, i.e.
-    rows of ``head_dim`` for every token and head (not split by sequence parallelism: the
-    attention's tensors are split by heads)."""
+    """The query and key norms (``model.qk_norm``), never split by sequence parallelism (the
+    attention's tensors are split by heads). ``head``: rows of ``head_dim`` for every token
+    and head of a rank. ``full``: a row per token over the rank's query heads, one over its
+    key heads (each rank normalises its 1/tp of the width; the cross-rank sum of squares,
+    one number a token, is not counted)."""
     if not m.qk_norm:
         return []
+    if m.qk_norm == "full":
+        def width(heads: int) -> Any:
+            return lambda c: heads * m.hd // c.parallel.tp
+
+        return [(norm, {"l": m.seq_len, "dim": width(m.heads)}, 1),
+                (norm, {"l": m.seq_len, "dim": width(m.kv)}, 1)]
 
     def rows(heads: int) -> Any:
         return lambda c: m.seq_len * heads // c.parallel.tp

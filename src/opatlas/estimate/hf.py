@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from opatlas.errors import SpecError
 
@@ -38,7 +38,8 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)  # our standard name -> its name
     default_act: str = "silu"
     gqa: bool = True                  # reads num_key_value_heads
-    qk_norm: bool = False             # a norm over each query and key head
+    qk_norm: Literal[False, "head", "full"] = False  # "full": OLMo 2's, over all heads
+    qkv_bias: bool = False            # biases on q, k, v alone (Qwen2)
 
 
 _GPT2_NAMES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
@@ -50,11 +51,14 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
     "mixtral": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
                       moe="num_local_experts"),
-    "qwen2": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+    "qwen2": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
+                    qkv_bias=True),
     "qwen3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
-                    qk_norm=True),
+                    qk_norm="head"),
     "qwen3_moe": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
-                        moe="num_experts", expert_ffn="moe_intermediate_size", qk_norm=True),
+                        moe="num_experts", expert_ffn="moe_intermediate_size", qk_norm="head"),
+    "olmo2": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
+                    qk_norm="full"),
     "gpt2": Family(gated=False, norm="layernorm", rope=False, bias=True, tied_default=True,
                    aliases=_GPT2_NAMES, default_act="gelu_new", gqa=False),
     "gpt_neox": Family(gated=False, norm="layernorm", rope=True, bias=True, tied_default=False,
@@ -268,14 +272,16 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     if model_type == "llama":
         bias = r.flag("attention_bias", False, "llama's default")
         mlp_bias = r.flag("mlp_bias", False, "llama's default")
-    if model_type == "qwen2":
-        r.assumed.append("Qwen2's query/key/value biases (a few thousand parameters a layer) "
-                         "are not counted")
+    if model_type == "olmo2":
+        bias, mlp_bias = r.flag("attention_bias", False, "olmo2's default"), False
+        r.assumed.append("OLMo 2's norms after the attention and the FFN are timed as the "
+                         "usual two norms a layer")
     fields = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv, "ffn": ffn,
               "ffn_kind": "swiglu" if fam.gated else "gelu", "vocab": vocab,
               "seq_len": seq_len, "norm": fam.norm, "rope": fam.rope,
               "learned_positions": not fam.rope, "bias": bias, "tied_embeddings": tied,
-              **({"qk_norm": True} if fam.qk_norm else {}),
+              **({"qk_norm": fam.qk_norm} if fam.qk_norm else {}),
+              **({"qkv_bias": True} if fam.qkv_bias else {}),
               **({"mlp_bias": mlp_bias} if mlp_bias is not None and mlp_bias != bias else {}),
               **head_dim, **_experts(r, fam)}
     read = list(dict.fromkeys(r.read))

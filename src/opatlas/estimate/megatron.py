@@ -244,6 +244,7 @@ def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
         "vocab": _vocab(a, tp, notes), "norm": norm.lower(),
         "rope": position == "rope", "learned_positions": position == "learned_absolute",
         "bias": not a.switch("disable-bias-linear"),
+        "qkv_bias": True if a.switch("add-qkv-bias") else None,
         "tied_embeddings": not a.switch("untie-embeddings-and-output-weights"),
         "qk_norm": a.switch("qk-layernorm"), "attention": _attention(a, notes),
         **_experts(a, notes)}

@@ -100,7 +100,7 @@ moe-token-dispatcher-type moe-enable-deepep moe-deepep-num-sms moe-permute-fusio
 moe-grouped-gemm moe-use-legacy-grouped-gemm moe-router-fusion moe-router-force-load-balancing
 moe-router-padding-for-fp8 moe-expert-capacity-factor moe-apply-probs-on-input
 overlap-moe-expert-parallel-comm delay-wgrad-compute qk-l2-norm
-rotary-percent add-qkv-bias rampup-batch-size distribute-saved-activations
+rotary-percent rampup-batch-size distribute-saved-activations
 distribute-checkpointed-activations spec
 """)
 

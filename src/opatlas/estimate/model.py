@@ -8,7 +8,8 @@ from opatlas.estimate.config import ModelConfig
 def attention_params(m: ModelConfig) -> int:
     d, q, kv_dim = m.hidden, m.attn_width, m.kv * m.hd
     weights = d * q + 2 * d * kv_dim + q * d  # q, k, v, out
-    return weights + ((q + 2 * kv_dim + d) if m.bias else 0)
+    qkv_bias = m.bias if m.qkv_bias is None else m.qkv_bias
+    return weights + ((q + 2 * kv_dim) if qkv_bias else 0) + (d if m.bias else 0)
 
 
 def mlp_params(m: ModelConfig) -> int:
@@ -32,9 +33,12 @@ def norm_params(m: ModelConfig) -> int:
 
 
 def qk_norm_params(m: ModelConfig) -> int:
-    """The query and key norms: one head's width of weights each (and biases for LayerNorm),
-    shared by all heads."""
-    return 2 * (2 if m.norm == "layernorm" else 1) * m.hd if m.qk_norm else 0
+    """The query and key norms (and biases for LayerNorm): one head's width each, shared by
+    all heads (``head``), or the query heads' and the key heads' whole widths (``full``)."""
+    per = 2 if m.norm == "layernorm" else 1
+    if m.qk_norm == "full":
+        return per * (m.attn_width + m.kv * m.hd)
+    return 2 * per * m.hd if m.qk_norm else 0
 
 
 def layer_norm_params(m: ModelConfig) -> int:
