@@ -3,6 +3,8 @@ the option and the value, exit code 2, no traceback; data text printed as it is.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import cli_in_process, one_error
@@ -125,6 +127,31 @@ def test_conv_keyword_name_says_its_defaults(capsys):
     warning = [ln for ln in err.splitlines() if ln.startswith("opatlas: warning")]
     assert len(warning) == 1 and "R, S, Q, N, Wstride" in warning[0], err
     assert '"1_1_16_1_4_4_1_1_1_1_1"' in out or "1_1_16_1_4_4_1_1_1_1_1" in out
+
+
+def test_conv_sizes_as_accel_takes_them_give_the_named_conv(capsys):
+    """``bound conv R S P Q C K`` reads sizes as ``bound accel --problem conv`` does: the same
+    bound as the 11-field name, each field left out said and taken as 1."""
+    code, by_name, _ = cli_in_process(capsys, "bound", "conv", "3_3_16_16_64_64_1_2_1_1_1",
+                                      "--json")
+    assert code == 0
+    sizes = ["3", "3", "16", "16", "64", "64", "1", "2"]
+    code, by_sizes, err = cli_in_process(capsys, "bound", "conv", *sizes, "--json")
+    assert code == 0 and json.loads(by_sizes) == json.loads(by_name)
+    warning = [ln for ln in err.splitlines() if ln.startswith("opatlas: warning")]
+    assert len(warning) == 1 and "Hstride, Wdilation, Hdilation not given" in warning[0], err
+    from opatlas.cli.bound_cmd import _accel_problem
+
+    assert _accel_problem("conv", [3, 3, 16, 16, 64, 64, 1, 2]).name == \
+        "3_3_16_16_64_64_1_2_1_1_1"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["3", "x"], "expected sizes"), ([str(i) for i in range(1, 13)], "takes 1 to 11 sizes"),
+    (["3", "0"], "S=0"), (["3", "3", "--r", "2"], "not both")])
+def test_conv_bad_sizes_are_one_line(capsys, args, needle):
+    code, _, err = cli_in_process(capsys, "bound", "conv", *args)
+    one_error(code, err, needle)
 
 
 @pytest.mark.parametrize("text", ["Conv(P=16, X=3)", "Conv(P=16, P=3)", "3_3_a_16_64_64_1_1_1_1_1"])

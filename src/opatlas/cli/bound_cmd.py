@@ -160,8 +160,11 @@ def _conv_options_given(ctx: typer.Context) -> list[str]:
 
 @app.command("conv")
 def conv_cmd(ctx: typer.Context,
-             name: str | None = typer.Argument(None, help="Artifact name R_S_P_Q_C_K_N_Ws_Hs_Wd_Hd "
-                                                          "(all 11 fields) or Conv(R=..,...)"),
+             spec: list[str] = typer.Argument(
+                 None, metavar="[SIZES|NAME]",
+                 help="R S P Q C K [N Ws Hs Wd Hd] (1 for each left out, as bound accel "
+                      "--problem conv), or an artifact name R_S_P_Q_C_K_N_Ws_Hs_Wd_Hd "
+                      "(all 11 fields) or Conv(R=..,...)"),
              r: int = _conv_opt("r"), s: int = _conv_opt("s"), p: int = _conv_opt("p"),
              q: int = _conv_opt("q"), c: int = _conv_opt("c"), k: int = _conv_opt("k"),
              n: int = _conv_opt("n"), wstride: int = _conv_opt("wstride"),
@@ -174,6 +177,8 @@ def conv_cmd(ctx: typer.Context,
 
     Examples:
 
+        opatlas bound conv 3 3 16 16 64 64
+
         opatlas bound conv 3_3_16_16_64_64_1_1_1_1_1
 
         opatlas bound conv --r 3 --s 3 --p 16 --q 16 --c 64 --k 64 --wstride 2 --hstride 2
@@ -181,19 +186,50 @@ def conv_cmd(ctx: typer.Context,
     from opatlas.bounds import conv
     from opatlas.bounds.einsum import parse_conv
 
+    spec = spec or []
     given = _conv_options_given(ctx)
-    if name and given:
-        raise OpatlasError(f"conv {name!r}: give the conv as NAME or as options, not both "
-                           f"({', '.join(given)} would be ignored)")
-    if not name and not given:
-        raise OpatlasError("conv: no convolution given; name it (e.g. 3_3_16_16_64_64_1_1_1_1_1) "
-                           "or give its sizes (--r 3 --s 3 --p 16 --q 16 --c 64 --k 64)")
+    if spec and given:
+        raise OpatlasError(f"conv {' '.join(spec)!r}: give the conv as sizes, a NAME or "
+                           f"options, not both ({', '.join(given)} would be ignored)")
+    if not spec and not given:
+        raise OpatlasError("conv: no convolution given; give its sizes (e.g. 3 3 16 16 64 64), "
+                           "name it (3_3_16_16_64_64_1_1_1_1_1) or use the options (--r 3 "
+                           "--s 3 --p 16 --q 16 --c 64 --k 64)")
+    if spec and all(x.isdigit() for x in spec):
+        e = _conv_from_sizes("conv", [int(x) for x in spec], word_bytes)
+        _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+        return
+    if len(spec) > 1:
+        raise OpatlasError(f"conv {' '.join(spec)!r}: expected sizes (whole numbers: R S P Q C "
+                           f"K ...) or one name, e.g. 3_3_16_16_64_64_1_1_1_1_1")
     try:
-        e = parse_conv(name, word_bytes) if name else conv(
+        e = parse_conv(spec[0], word_bytes) if spec else conv(
             r, s, p, q, c, k, n, wstride, hstride, wdilation, hdilation, word_bytes)
     except (ValueError, TypeError) as exc:
-        raise OpatlasError(str(exc) if name else f"conv: {exc}") from None
+        raise OpatlasError(str(exc) if spec else f"conv: {exc}") from None
     _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+
+
+def _conv_from_sizes(label: str, dims: list[int], word_bytes: int = 1) -> Einsum:
+    """A convolution from 1 to 11 sizes in the artifact's order (R S P Q C K N Ws Hs Wd Hd),
+    1 for each one left out, which is said on stderr."""
+    import warnings
+
+    from opatlas.bounds import conv
+    from opatlas.bounds.einsum import CONV_FIELDS
+
+    if not 1 <= len(dims) <= len(CONV_FIELDS):
+        raise OpatlasError(f"{label} {' '.join(map(str, dims))}: a convolution takes 1 to "
+                           f"{len(CONV_FIELDS)} sizes ({' '.join(CONV_FIELDS)}), got {len(dims)}")
+    try:
+        e = conv(*dims, word_bytes=word_bytes)
+    except (ValueError, TypeError) as exc:
+        raise OpatlasError(f"{label} {' '.join(map(str, dims))}: {exc}") from None
+    if len(dims) < len(CONV_FIELDS):
+        warnings.warn(f"{label} {' '.join(map(str, dims))}: "
+                      f"{', '.join(CONV_FIELDS[len(dims):])} not given; using 1 for each",
+                      stacklevel=2)
+    return e
 
 
 def _parse_dims(dims: list[str]) -> dict[str, int]:
@@ -304,18 +340,20 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
 def _accel_problem(problem: str, dims: list[int]) -> Einsum:
     """``gemm M K N``, ``bmm B M K N``, ``gbmm M K N [H [G]]``, ``conv R S P Q C K N ...``,
     or (no dims) any artifact name ``parse_problem`` reads."""
-    from opatlas.bounds import conv, gbmm, gemm
+    from opatlas.bounds import gbmm, gemm
     from opatlas.bounds.einsum import parse_problem
 
-    makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (gbmm, 3, 5),
-              "conv": (conv, 1, 11)}
+    makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (gbmm, 3, 5)}
     kind = problem.strip().lower()
+    if kind == "conv" and dims:
+        return _conv_from_sizes(f"--problem {problem}", dims)
     try:
         if not dims:
             return parse_problem(problem)
         if kind not in makers:
             raise ValueError(f"unknown problem kind {problem!r} (one of {', '.join(makers)}, "
-                             "or an artifact name such as 'Conv(P=4096, C=4096, K=4096)')")
+                             "conv, or an artifact name such as 'Conv(P=4096, C=4096, "
+                             "K=4096)')")
         make, lo, hi = makers[kind]
         if not lo <= len(dims) <= hi:
             raise ValueError(f"{kind} takes {lo}" + (f" to {hi}" if hi > lo else "")
@@ -324,21 +362,9 @@ def _accel_problem(problem: str, dims: list[int]) -> Einsum:
             from opatlas.bounds import bmm
 
             return bmm(*dims)
-        if kind == "conv" and len(dims) < hi:
-            _say_conv_defaults(problem, dims)
         return make(*dims)
     except (ValueError, TypeError) as exc:
         raise OpatlasError(f"--problem {problem} {' '.join(map(str, dims))}: {exc}") from None
-
-
-def _say_conv_defaults(problem: str, dims: list[int]) -> None:
-    import warnings
-
-    from opatlas.bounds.einsum import CONV_FIELDS
-
-    warnings.warn(f"--problem {problem} {' '.join(map(str, dims))}: "
-                  f"{', '.join(CONV_FIELDS[len(dims):])} not given; using 1 for each",
-                  stacklevel=2)
 
 
 def _kb_list(text: str) -> list[float]:
