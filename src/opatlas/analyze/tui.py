@@ -159,7 +159,8 @@ class StageScreen(Screen):
         for idx, r in shown.iterrows():
             table.add_row(*[styled(r[c.key], c, self.full) for c in self.columns], key=str(idx))
         self.title = str(a.summary.get("title", a.source.path))
-        self.sub_title = (f"{a.group_label} {group} ({gi + 1} of {len(groups)}) · {len(rows)} rows, "
+        which = f" ({gi + 1} of {len(groups)})" if len(groups) > 1 else ""
+        self.sub_title = (f"{a.group_label} {group}{which} · {len(rows)} rows, "
                           f"page {self.page + 1} of {pages} · sorted by {self.sort_label()} "
                           f"{'descending' if self.descending else 'ascending'}")
 
