@@ -8,7 +8,9 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -304,3 +306,63 @@ def test_a_fractional_size_in_a_spec_is_refused(tmp_path, capsys):
         "dim": [512]}})
     one_error(*cli_in_process(capsys, "sweep", "expand", str(spec))[::2], "params.l", "128.5",
               "whole number")
+
+
+def _one_row_store(path: Path) -> Path:
+    with Store(path) as st:
+        st.add_results([ResultRow(vector_id="b" * 56, op="linear", params_json='{"b": 1}',
+                                  pass_="fwd", backend="cpu", device="d", dtype="fp32",
+                                  status="ok", message="", versions_json="{}")])
+    return path
+
+
+def test_results_format_follows_the_out_files_extension(tmp_path, capsys):
+    store = _one_row_store(tmp_path / "s.duckdb")
+    for name, read in (("r.csv", pd.read_csv), ("r.parquet", pd.read_parquet),
+                       ("r.json", pd.read_json)):
+        code, _, err = cli_in_process(capsys, "results", "--store", str(store), "--out",
+                                      str(tmp_path / name))
+        assert code == 0, err
+        assert list(read(tmp_path / name)["op"]) == ["linear"]
+    one_error(*cli_in_process(capsys, "results", "--store", str(store), "--format", "csv",
+                              "--out", str(tmp_path / "x.parquet"))[::2],
+              "x.parquet is a .parquet file but --format is csv")
+    assert not (tmp_path / "x.parquet").exists()
+    a_file = tmp_path / "notes"
+    a_file.write_text("mine")
+    one_error(*cli_in_process(capsys, "results", "--store", str(store), "--format", "ett",
+                              "--out", str(a_file))[::2], "writes a folder", "is a file")
+    assert a_file.read_text() == "mine"
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["bound", "gemm", "4096", "4096"], ["opatlas bound gemm", "Missing argument 'N'",
+                                         "--help"]),
+    (["bound", "gemm", "4096", "0", "4096"], ["Invalid value for 'K'"]),
+    (["estiamte"], ["No such command 'estiamte'", "Did you mean 'estimate'"]),
+    (["estimate", "llama2-7b", "--top", "0"], ["'--top'"]),
+])
+def test_usage_errors_are_one_line(capsys, args, needles):
+    one_error(*cli_in_process(capsys, *args)[::2], *needles)
+
+
+def test_an_output_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    one_error(*cli_in_process(capsys, "bound", "figures", str(a_file / "figs"))[::2],
+              str(a_file / "figs"))
+
+
+def test_an_unknown_backend_option_names_the_ones_it_takes(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yml", {"op": "linear", "params": {
+        "role": ["qkv"], "mp": [1], "b": [1], "l": [128], "dim": [512]}})
+    store = tmp_path / "s.duckdb"
+    one_error(*cli_in_process(capsys, "run", str(spec), "--backend-opt", "thread=1",
+                              "--store", str(store))[::2], "unknown option(s) thread",
+              "it takes threads")
+    assert not store.exists()
+
+
+def test_an_option_is_not_called_a_file(capsys):
+    one_error(*cli_in_process(capsys, "estimate", "llama2-7b", "--set", "parallel.tpp=2")[::2],
+              "In --set, key 'parallel.tpp'")

@@ -14,8 +14,8 @@ class SpecError(OpatlasError):
                  value: object = None) -> None:
         self.file, self.key, self.value, self.detail = file, key, value, message
         where = []
-        if file is not None:
-            where.append(f"file {file}")
+        if file is not None:  # an option (--set, --megatron-args) is not called a file
+            where.append(file if str(file).startswith("-") else f"file {file}")
         if key is not None:
             where.append(f"key '{key}'")
         if value is not None:

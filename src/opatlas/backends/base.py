@@ -50,6 +50,21 @@ def list_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
+def _check_options(name: str, klass: type, options: dict[str, Any]) -> None:
+    """Names each option the backend does not take, with the ones it does."""
+    import inspect
+
+    params = inspect.signature(klass.__init__).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.name != "self" and p.kind is not p.VAR_POSITIONAL]
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        takes = ", ".join(known) if known else "no options"
+        raise OpatlasError(f"backend {name!r}: unknown option(s) {', '.join(unknown)}; it takes "
+                           f"{takes} (--backend-opt KEY=VALUE)")
+
+
 def get_backend(name: str, **options: Any) -> Backend:
     try:
         target = _BACKENDS[name]
@@ -57,8 +72,10 @@ def get_backend(name: str, **options: Any) -> Backend:
         raise OpatlasError(f"unknown backend {name!r}; known: {', '.join(list_backends())}") \
             from None
     module, cls = target.split(":")
+    klass = getattr(importlib.import_module(module), cls)
+    _check_options(name, klass, options)
     try:
-        backend = getattr(importlib.import_module(module), cls)(**options)
+        backend = klass(**options)
     except (TypeError, ValueError) as exc:
         raise OpatlasError(f"backend {name!r}: bad option(s) {options}: {exc}") from None
     ok, why = backend.available()

@@ -55,17 +55,44 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     typer.echo(f"opatlas: warning: {message}", err=True)
 
 
+def _click_exceptions():
+    """The click exceptions typer raises: its own vendored copy (typer >= 0.20) or click's."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer on the public click
+        from click import exceptions
+    return exceptions
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: opatlas errors become one paragraph on stderr and exit code 2; warnings
-    (fallbacks, unknown devices) one line each."""
+    """Entry point: opatlas errors, usage errors and outputs that cannot be written become one
+    line on stderr and exit code 2; warnings (fallbacks, unknown devices) one line each."""
+    import errno
     import warnings
 
+    cx = _click_exceptions()
     warnings.showwarning = _show_warning
     try:
-        app(args=argv)  # typer prints usage errors itself and exits 2
+        code = app(args=argv, prog_name="opatlas", standalone_mode=False)
+    except cx.NoArgsIsHelpError as exc:
+        typer.echo(exc.format_message(), err=True)
+        sys.exit(2)
+    except cx.UsageError as exc:
+        path = exc.ctx.command_path if exc.ctx else "opatlas"
+        typer.echo(f"opatlas: error: {path}: {exc.format_message()} (see '{path} --help')",
+                   err=True)
+        sys.exit(2)
     except OpatlasError as exc:
         typer.echo(f"opatlas: error: {exc}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except OSError as exc:  # an output path the user named cannot be made: not a bug
+        if exc.errno == errno.EPIPE:  # the reader went away (| head): nothing to say
+            sys.exit(1)
+        if exc.filename is None:
+            raise
+        typer.echo(f"opatlas: error: {exc.filename}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
+    except (KeyboardInterrupt, cx.Abort):
         typer.echo("opatlas: interrupted; results recorded so far are kept", err=True)
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -16,8 +16,9 @@ FORMATS = ("table", "csv", "json", "parquet", "ett")
 
 def results(
     store: Path = StoreOpt,
-    fmt: str = typer.Option("table", "--format",
-                            help="table | csv | json | parquet | ett (upstream CSVs, needs --out DIR)"),
+    fmt: str | None = typer.Option(
+        None, "--format", help="table | csv | json | parquet | ett (upstream CSVs, needs --out "
+                               "DIR); default: from --out's extension, else table"),
     out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
     op: str | None = typer.Option(None, "--op", help="Only this op."),
     status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
@@ -36,11 +37,12 @@ def results(
         opatlas results --format ett --out sampling_data/
     """
     from opatlas.store import Store
-    if fmt not in FORMATS:
-        raise OpatlasError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if fmt in ("parquet", "ett") and out is None:
-        raise OpatlasError(f"--format {fmt} needs --out {'DIR' if fmt == 'ett' else 'FILE'}")
+
+    fmt = _format(fmt, out)
     if fmt == "ett":
+        if out.exists() and not out.is_dir():
+            raise OpatlasError(f"--out {out}: --format ett writes a folder of CSVs, and this is "
+                               f"a file")
         from opatlas.store.ett import export_ett
 
         with Store(store, read_only=True) as st:
@@ -70,6 +72,24 @@ def results(
 
         write_output(out, lambda tmp: df.to_parquet(tmp, index=False))
         typer.echo(f"wrote {len(df)} rows to {out}")
+
+
+BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _format(fmt: str | None, out: Path | None) -> str:
+    """--format as given, or from --out's extension; a data format must match its file's."""
+    implied = BY_SUFFIX.get(out.suffix.lower()) if out is not None else None
+    if fmt is None:
+        fmt = implied or "table"
+    if fmt not in FORMATS:
+        raise OpatlasError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt in ("parquet", "ett") and out is None:
+        raise OpatlasError(f"--format {fmt} needs --out {'DIR' if fmt == 'ett' else 'FILE'}")
+    if implied is not None and fmt != implied:
+        raise OpatlasError(f"--out {out} is a .{out.suffix.lstrip('.')} file but --format is "
+                           f"{fmt}; give --format {implied}, or another file name")
+    return fmt
 
 
 def _emit(text: str, out: Path | None) -> None:

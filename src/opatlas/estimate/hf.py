@@ -182,8 +182,9 @@ def _family(data: dict[str, Any], file: str) -> tuple[str, Family]:
         raise SpecError(f"the field is missing, so the architecture is unknown (supported: "
                         f"{', '.join(sorted(FAMILIES))})", file=file, key="model_type")
     if model_type not in FAMILIES:
-        arch = ", ".join(data.get("architectures") or []) or "?"
-        raise SpecError(f"unsupported architecture ({arch}); supported model types: "
+        arch = ", ".join(data.get("architectures") or [])
+        raise SpecError(f"unsupported architecture{f' ({arch})' if arch else ''}; supported "
+                        f"model types: "
                         f"{', '.join(sorted(FAMILIES))}", file=file, key="model_type",
                         value=model_type)
     return model_type, FAMILIES[model_type]
