@@ -366,3 +366,15 @@ def test_an_unknown_backend_option_names_the_ones_it_takes(tmp_path, capsys):
 def test_an_option_is_not_called_a_file(capsys):
     one_error(*cli_in_process(capsys, "estimate", "llama2-7b", "--set", "parallel.tpp=2")[::2],
               "In --set, key 'parallel.tpp'")
+
+
+def test_a_where_that_selects_nothing_is_an_error_and_writes_no_store(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yml", {"op": "linear", "params": {
+        "role": ["qkv"], "mp": [1], "b": [1], "l": [128], "dim": [512, 1024]}})
+    store = tmp_path / "s.duckdb"
+    one_error(*cli_in_process(capsys, "run", str(spec), "--where", "dim == 7", "--store",
+                              str(store))[::2], "--where 'dim == 7' selects no valid vector")
+    assert not store.exists()
+    code, out, err = cli_in_process(capsys, "run", str(spec), "--where", "dim == 512",
+                                    "--store", str(store), "--repeats", "1")
+    assert code == 0 and "1 vectors" in out, err

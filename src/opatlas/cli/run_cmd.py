@@ -189,7 +189,12 @@ def _check_before_store(spec: SweepSpec, where: str | None, executor: str, backe
     local executor (remote workers may have devices this machine lacks)."""
     from opatlas.sweep import VectorStream
 
-    next(iter(VectorStream(spec, where=where)), None)  # evaluates --where on the first batch
+    stream = VectorStream(spec, where=where)
+    if next(iter(stream), None) is None and where:  # read to the end only when none matches
+        rejected = "; ".join(f"{n:,} {why}" for why, n in stream.invalid.most_common(3))
+        raise OpatlasError(f"--where {where!r} selects no valid vector of {spec.name}"
+                           + (f" (invalid among those it selects: {rejected})" if rejected
+                              else "") + "; nothing to run, no store written")
     if executor == "local":
         from opatlas.backends import get_backend
 
