@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO
 from opatlas.analyze import Analysis, Column, Source, api
-from opatlas.analyze.tables import group_summary, op_label, summary_items
+from opatlas.analyze.tables import fmt, group_summary, op_label, summary_items
 from opatlas.cli import main
 from opatlas.devices import get_device
 from opatlas.estimate import estimate_step, load_config
@@ -230,3 +230,9 @@ def test_written_files_get_the_usual_mode(tmp_path, mask):
         os.umask(old)
     for p in paths:
         assert p.stat().st_mode & 0o777 == 0o666 & ~mask, p
+
+
+def test_shape_parameters_read_as_numbers_not_floats():
+    shape = {"bytes": 4344383488.0, "overlapped_s": 0.05510339394786615, "ranks": 32,
+             "role": "gradients", "p": 0.1}
+    assert fmt(shape, None) == "bytes=4344383488 overlapped_s=0.0551 ranks=32 role=gradients p=0.1"

@@ -39,7 +39,7 @@ def fmt_si(v: float, unit: str) -> str:
 def fmt(value: Any, col: Column | None) -> str:
     """A cell as text."""
     if isinstance(value, dict):
-        return " ".join(f"{k}={v}" for k, v in value.items())
+        return " ".join(f"{k}={_param(v)}" for k, v in value.items())
     if isinstance(value, list):
         return json.dumps(value)
     if missing(value):
@@ -63,6 +63,13 @@ def fmt(value: Any, col: Column | None) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def _param(v: Any) -> str:
+    """A shape parameter: a whole number without '.0', any other float to 4 figures."""
+    if isinstance(v, float) and math.isfinite(v):
+        return f"{v:.0f}" if v == int(v) and abs(v) < 1e16 else f"{v:.4g}"
+    return str(v)
 
 
 def highlight(value: Any, col: Column | None) -> str | None:
