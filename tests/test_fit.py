@@ -243,6 +243,18 @@ def test_linear_groups_held_out_metrics_and_generic_columns(tmp_path):
     assert bad.returncode == 2 and "in_grid" in bad.stderr and "--group-by" in bad.stderr
 
 
+def test_reshard_fit_says_why_a_held_out_r2_is_missing(tmp_path):
+    """Five sizes a group and a 20% split hold out one size: r² is undefined there, said so
+    rather than printed as nan."""
+    src = tmp_path / "runs.csv"
+    pd.DataFrame([{"kernel": k, "bytes": n * 1024, "ns": 1000 + 10 * n * (i + 1)}
+                  for i, k in enumerate("abc") for n in (1, 2, 4, 8, 16)]).to_csv(src, index=False)
+    out = run_cli("fit", "--data", str(src), "--recipe", "reshard", "--group-by", "kernel",
+                  "--size", "bytes", "--time", "ns", check=True).stdout
+    assert "median r² n/a (no group holds out 2 sizes)" in out and "nan" not in out
+    assert "in-sample median r² 1.0000" in out  # exact lines
+
+
 def test_small_fits_run_on_one_thread_and_give_the_same_trees():
     """A fit below SMALL_FIT_ROWS takes one thread (no OpenMP barriers to stall on a busy
     machine); LightGBM's trees do not depend on it, so nothing cached changes."""

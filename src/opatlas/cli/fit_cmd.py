@@ -148,7 +148,14 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
     typer.echo(f"{len(models)} models; in-sample median r² {models['r^2'].median():.4f}, "
                f"RMSRE {models['RMSRE'].median():.4f}; held-out ({split}, "
                f"{int((held['heldout_points'] > 0).sum())} groups with ≥ 3 sizes) median r² "
-               f"{held['heldout_r^2'].median():.4f}, RMSRE {held['heldout_RMSRE'].median():.4f}")
+               f"{_median(held['heldout_r^2'], 'no group holds out 2 sizes')}, RMSRE "
+               f"{_median(held['heldout_RMSRE'], 'no group holds out a size')}")
+
+
+def _median(values, why_none: str) -> str:
+    """The median of the defined values, or n/a and why (r² needs two held-out points)."""
+    defined = values.dropna()
+    return f"{defined.median():.4f}" if len(defined) else f"n/a ({why_none})"
 
 
 def predict(
