@@ -10,7 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from opatlas.bounds import conv, frontier, gemm
-from opatlas.bounds.accel import build_nest, sample_mappings, tensor_dram_accesses, tile_of
+from opatlas.bounds.accel import (
+    build_nest,
+    sample_mappings,
+    tensor_dram_accesses,
+    tile_of,
+    valid_mask,
+)
 from opatlas.bounds.accel_report import sweep_buffer_sizes
 from opatlas.bounds.arch import Arch, load_arch
 from opatlas.bounds.reference import loop_nest_accesses
@@ -119,6 +125,25 @@ def test_simba_sweep_never_beats_the_bound_at_the_uniform_tile():
     assert (best["best_dram_accesses"] >= GEMM4K.total_operand_size).all()
     gap = best["best_dram_accesses"] / best["bound_at_capacity"] - 1
     np.testing.assert_allclose(best["gap_to_bound"], gap)
+    # a mapping that fits a buffer fits a larger one: the search starts from the last size's
+    # best, so its best never gets worse as the buffer grows
+    assert (np.diff(best.sort_values("capacity_bytes")["searched_dram_accesses"]) <= 0).all()
+
+
+def test_a_search_started_from_a_smaller_buffers_best_keeps_it():
+    from opatlas.bounds.accel_search import local_search
+
+    small = sample_mappings(GEMM4K, SIMBA.with_size("GlobalBuffer", 8192), 400, seed=1)
+    best_small = local_search(small, seed=1, rounds=4)
+    large = sample_mappings(GEMM4K, SIMBA.with_size("GlobalBuffer", 524288), 3, seed=2)
+    assert large.total.min() > best_small.total.min()  # three draws: far from that best
+    found = local_search(large, seed=2, rounds=0, start=best_small)
+    assert found.total.min() == best_small.total.min()  # still valid, so kept
+    assert (np.diff(found.total) >= 0).all() and len(found) <= 32
+    too_small = sample_mappings(GEMM4K, SIMBA.with_size("GlobalBuffer", 128), 3, seed=2)
+    kept = local_search(too_small, rounds=0, start=best_small)  # what no longer fits: dropped
+    assert not valid_mask(too_small.nest, best_small.factors).all()
+    assert valid_mask(too_small.nest, kept.factors).all()
 
 
 def test_two_level_architecture_reproduces_the_orojenesis_frontier():

@@ -107,6 +107,7 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
     einsum = einsum.with_word_bytes(arch.word_bits // 8)
     f = bound if bound is not None else frontier(einsum)
     frames, searched, notes = [], [], []
+    found: dict[float, MappingSet] = {}  # size -> the best the search found there
     for k, size in enumerate(sizes_bytes):
         ms = sample_mappings(einsum, arch.with_size(level, size), mappings, seed=seed + k,
                              min_utilization=min_utilization)
@@ -118,8 +119,11 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
                          f"({int(f.buffer[0])} words): its bound is taken at that tile")
         frames.append(_frame(ms, f, level, size))
         if search_rounds and len(ms):
+            smaller = [s for s in found if s <= size]
             best = local_search(ms, seed=seed + k, rounds=search_rounds,
-                                min_utilization=min_utilization)
+                                min_utilization=min_utilization,
+                                start=found[max(smaller)] if smaller else None)
+            found[size] = best
             searched.append(_frame(best, f, level, size))
     return AccelSweep(einsum, arch, level, f, pd.concat(frames, ignore_index=True), mappings,
                       notes, pd.concat(searched, ignore_index=True) if searched else None)

@@ -44,17 +44,34 @@ def _mutate(nest: Nest, factors: np.ndarray, orders: dict[int, np.ndarray],
     return f, o
 
 
+def _best_distinct(nest: Nest, f: np.ndarray, o: dict[int, np.ndarray], total: np.ndarray,
+                   keep: int) -> tuple[np.ndarray, dict[int, np.ndarray], np.ndarray]:
+    _, first = np.unique(_keys(nest, f, o), axis=0, return_index=True)
+    best = first[np.argsort(total[first], kind="stable")[:keep]]
+    return f[best], {s: v[best] for s, v in o.items()}, total[best]
+
+
 def local_search(ms: MappingSet, *, seed: int = 0, rounds: int = 40, width: int = 4000,
-                 keep: int = 32, min_utilization: float = 0.0) -> MappingSet:
+                 keep: int = 32, min_utilization: float = 0.0,
+                 start: MappingSet | None = None) -> MappingSet:
     """Improve on the ``keep`` mappings with the fewest DRAM accesses: each round mutates
     ``width`` children (one prime factor moved, sometimes two loops swapped), keeps the valid
-    ones, and carries the ``keep`` best distinct mappings on. Returns them, best first."""
+    ones, and carries the ``keep`` best distinct mappings on. Returns them, best first.
+
+    ``start``: more mappings to begin from, e.g. the best found for a smaller buffer (still
+    valid in a larger one), so the best never gets worse as the buffer grows; those not
+    valid here are dropped."""
     nest, rng = ms.nest, np.random.default_rng(seed)
     if not len(ms):
         return ms
     top = np.argsort(ms.total, kind="stable")[:keep]
     f, o = ms.factors[top], {s: v[top] for s, v in ms.orders.items()}
-    total = ms.total[top]
+    if start is not None and len(start) and start.factors.shape[1:] == f.shape[1:] \
+            and start.orders.keys() == o.keys():
+        ok = valid_mask(nest, start.factors, min_utilization)
+        f = np.concatenate([f, start.factors[ok]])
+        o = {s: np.concatenate([o[s], start.orders[s][ok]]) for s in o}
+    total = _total(nest, f, o)
     for _ in range(rounds):
         pick = rng.integers(len(f), size=width)
         cf, co = _mutate(nest, f[pick], {s: v[pick] for s, v in o.items()}, rng)
@@ -63,8 +80,7 @@ def local_search(ms: MappingSet, *, seed: int = 0, rounds: int = 40, width: int 
         f = np.concatenate([f, cf])
         o = {s: np.concatenate([o[s], co[s]]) for s in o}
         total = np.concatenate([total, _total(nest, cf, co)])
-        _, first = np.unique(_keys(nest, f, o), axis=0, return_index=True)
-        best = first[np.argsort(total[first], kind="stable")[:keep]]
-        f, o, total = f[best], {s: v[best] for s, v in o.items()}, total[best]
+        f, o, total = _best_distinct(nest, f, o, total, keep)
+    f, o, total = _best_distinct(nest, f, o, total, keep)
     accesses = {t.name: tensor_dram_accesses(nest, t, f, o) for t in nest.einsum.tensors}
     return MappingSet(nest, f, o, accesses, ms.candidates + rounds * width)
