@@ -69,6 +69,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    import warnings
+
+    from opatlas.cli import _show_warning
+
+    warnings.showwarning = _show_warning  # as the command says them: one line each
+    warnings.simplefilter("once")
     rows = []
     for name, (argv, goal) in COMMANDS.items():
         proc = time_process(argv, args.runs)
