@@ -115,7 +115,9 @@ def test_llm_catalog_specs_cover_every_op_with_real_model_shapes():
     # by hand: 2 dtypes × 6 models × 4 mp × 3 b × 2 l × 5 roles; flash: 4 seq lengths;
     # the norms: 5 distinct dims, no mp; adam: fp32, 4 mp × 3 layer counts × 3 stages
     counts = {"llm-linear": 1440, "llm-flash_attention": 576, "llm-rmsnorm": 60,
-              "llm-rope": 240, "llm-cross_entropy": 96, "llm-adam_step": 216, "llm-moe": 48}
+              "llm-rope": 240, "llm-cross_entropy": 96, "llm-adam_step": 216, "llm-moe": 48,
+              "llm-attention_dropout": 2 * 4 * 4 * 3 * 2,  # 4 distinct head counts
+              "llm-grad_accumulate": 2 * 5 * 2}
     for name in llm_spec_names():
         spec = builtin_spec(name)
         exp = expand(spec)

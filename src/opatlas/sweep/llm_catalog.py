@@ -48,7 +48,10 @@ OPS: dict[str, tuple[tuple[str, ...], dict[str, list[Any]], bool]] = {
     "rmsnorm": (("dim",), {}, False),
     "layernorm": (("dim",), {}, False),
     "residual_add": (("dim",), {}, False),
+    "attention_dropout": (("h",), {}, True),
 }
+# gradient-buffer sizes of a pipeline stage on one rank: 100 M to 2 B parameters
+ACCUMULATE_PARAMS = [100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_000_000_000]
 
 
 def model_entries(keys: tuple[str, ...]) -> list[dict[str, int]]:
@@ -88,11 +91,21 @@ def moe_spec() -> SweepSpec:
                              "b": BATCH, "l": SEQ})
 
 
+def accumulate_spec() -> SweepSpec:
+    """Unfused gradient accumulation (Megatron-LM before 2022): 16-bit gradients added into a
+    16- or 32-bit buffer, over a stage's parameters."""
+    return SweepSpec(name="llm-grad_accumulate", op="grad_accumulate", source="builtin",
+                     repeats=10, warmup=3,
+                     params={"dtype": DTYPES, "n_params": ACCUMULATE_PARAMS,
+                             "buffer_bytes": [2, 4]})
+
+
 def llm_spec_names() -> list[str]:
-    return [f"llm-{op}" for op in (*OPS, "adam_step", "moe")]
+    return [f"llm-{op}" for op in (*OPS, "adam_step", "moe", "grad_accumulate")]
 
 
 for _op in OPS:
     register_builtin_spec(f"llm-{_op}", lambda op=_op: op_spec(op))
 register_builtin_spec("llm-adam_step", adam_spec)
 register_builtin_spec("llm-moe", moe_spec)
+register_builtin_spec("llm-grad_accumulate", accumulate_spec)
