@@ -100,6 +100,7 @@ def test_notes_made_before_an_error_are_shown(capsys):
 
 def test_measured_collectives_missing_a_topology_are_said_and_strict_refuses(capsys):
     sets = ["--set", "cluster.nccl_data=bundled", "--set", "model.attention_dropout=0",
+            "--set", "model.hidden_dropout=0", "--set", "model.bias=false",
             "--set", "training.grad_accumulation_fusion=true"]  # no roofline ops but the links
     cfg = str(VALIDATION / "gpt-1.7b.yml")
     code, _, err = cli_in_process(capsys, "estimate", cfg, *sets)

@@ -114,6 +114,41 @@ def test_attention_dropout_is_a_memory_roofline_over_the_scores():
         pytest.approx(NMB * LAYERS * 3 * one)
 
 
+def _with(cfg: TrainConfig, **model) -> TrainConfig:
+    d = cfg.model_dump()
+    d["model"].update(model)
+    return TrainConfig.model_validate(d)
+
+
+def test_residual_adds_with_biases_or_dropout_are_megatrons_bias_dropout_add():
+    """No bias, no dropout: upstream's residual add. With them: the fused bias-dropout-add on
+    the full hidden state of each TP rank (no sequence parallelism), by the memory roofline:
+    fp16 x and residual in, sum out and a 1-byte mask (7 bytes), the bias (2 per column);
+    backward 13 bytes (accumulation add 6, dropout gradient 5, bias sum 2)."""
+    base = _cfg("flash", "none")
+    names = {it.name for it in estimate_step(base).items}
+    assert "res_add" in names and "bias_dropout_add" not in names
+    both = estimate_step(_with(base, bias=True, hidden_dropout=0.1))
+    rows = {it.pass_: it for it in both.items if it.name == "bias_dropout_add"}
+    assert set(rows) == {"fwd", "bwd"} and "res_add" not in {it.name for it in both.items}
+    bw = get_device("A100").bandwidth * 0.8
+    n = 1 * S * H
+    assert rows["fwd"].calls == NMB * LAYERS * 2
+    assert rows["fwd"].time_per_call_s == pytest.approx((7 * n + 2 * H) / bw)
+    assert rows["bwd"].time_per_call_s == pytest.approx((13 * n + 2 * H) / bw)
+    # a bias on the attention's projection, none on the FFN's, no dropout: a row for each
+    split = estimate_step(_with(base, bias=True, mlp_bias=False))
+    fwd = sorted(it.time_per_call_s for it in split.items
+                 if it.name == "bias_dropout_add" and it.pass_ == "fwd")
+    assert fwd == pytest.approx([6 * n / bw, (6 * n + 2 * H) / bw])
+    # sequence parallelism splits it along the sequence like the norms
+    sp = estimate_step(_with(_cfg("flash", "none", sequence_parallel=True), bias=True,
+                             hidden_dropout=0.1))
+    (row,) = [it for it in sp.items if it.name == "bias_dropout_add" and it.pass_ == "fwd"]
+    assert row.shape["l"] == S // T
+    assert row.time_per_call_s == pytest.approx((7 * n / T + 2 * H) / bw)
+
+
 def test_collectives_across_nodes_use_the_rails_of_their_ranks():
     """A ring over 4 nodes × 8 GPUs crosses each node on 8 rails of 25 GB/s: 200 GB/s of bus
     bandwidth, capped by NVLink; one GPU per node gets one rail; an all-to-all one port."""

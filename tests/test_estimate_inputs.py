@@ -181,10 +181,26 @@ def test_megatron_defaults_when_flags_are_absent():
                         "--vocab-size 32000 --swiglu", gpus=8).config.model
     assert p["bucket_mb"] >= 2 * pm.total_params(model) / 2**20
     assert any("unfused" in n for n in run.notes)
+    assert (m["attention_dropout"], m["hidden_dropout"]) == (0.1, 0.1)
+    assert {"--attention-dropout 0.1 (Megatron-LM's default)",
+            "--hidden-dropout 0.1 (Megatron-LM's default)"} <= set(run.notes)
     mqa = megatron_config("--num-layers 4 --hidden-size 4096 --num-attention-heads 32 "
                           "--seq-length 1024 --micro-batch-size 2 --vocab-size 32000 "
                           "--group-query-attention", gpus=8)
     assert mqa.config["model"]["kv_heads"] == 1  # Megatron's --num-query-groups default
+
+
+def test_megatron_dropouts_are_read_and_a_bad_one_is_named():
+    base = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--micro-batch-size 1 --vocab-size 50257 ")
+    run = megatron_config(base + "--attention-dropout 0 --hidden-dropout 0.25", gpus=8)
+    m = run.config["model"]
+    assert (m["attention_dropout"], m["hidden_dropout"]) == (0.0, 0.25)
+    assert not [n for n in run.notes if "dropout" in n]
+    for value in ("1.0", "-0.1", "some"):
+        with pytest.raises(SpecError, match=r"expected a probability in \[0, 1\)") as info:
+            megatron_config(base + f"--hidden-dropout={value}", gpus=8)
+        assert (info.value.key, info.value.value) == ("--hidden-dropout", value)
 
 
 def test_old_and_new_recompute_spellings_agree_and_torchrun_gives_the_gpus():
@@ -234,7 +250,7 @@ def _selene_yaml(tmp_path: Path, layers: int, hidden: int, heads: int, tp: int, 
     cfg = {"model": {"name": "selene", "layers": layers, "hidden": hidden, "heads": heads,
                      "seq_len": 2048, "vocab": 51200, "ffn_kind": "gelu", "norm": "layernorm",
                      "learned_positions": True, "bias": True, "tied_embeddings": True,
-                     "attention": "unfused"},
+                     "attention": "unfused", "attention_dropout": 0.1, "hidden_dropout": 0.1},
            "training": {"global_batch": batch, "micro_batch": micro, "dtype": "fp16",
                         "grad_accumulation_fusion": False},
            "parallel": {"dp": gpus // (tp * pp), "tp": tp, "pp": pp, "zero": 0,
@@ -274,7 +290,8 @@ def test_mixtral_as_megatron_args_equals_the_bundled_yaml():
             "--pipeline-model-parallel-size 4 --sequence-parallel --recompute-granularity "
             "selective --micro-batch-size 1 --global-batch-size 1024 --use-distributed-optimizer "
             "--overlap-grad-reduce --ddp-bucket-size 13107200 --moe-token-dispatcher-type "
-            "alltoall --moe-grouped-gemm --moe-aux-loss-coeff 1e-2")
+            "alltoall --moe-grouped-gemm --moe-aux-loss-coeff 1e-2 --attention-dropout 0.0 "
+            "--hidden-dropout 0")
     from_args = load_inputs(megatron_args=args, gpus=128, sets=["cluster.preset=dgx-h100"])
     # Megatron-LM under bf16 keeps its gradients in fp32 (main_grad): said, and the only
     # difference from the bundled YAML

@@ -219,3 +219,26 @@ def test_attention_dropout_keeps_or_scales_and_counts_five_bytes_per_fp16_probab
     assert op.flops(p) == {"fwd": 2 * elems, "bwd": 2 * elems}
     assert op.invalid_reason({**p, "p": 1.0}) == "p must be in [0, 1)"
     assert op.invalid_reason({**p, "h": 7}) == "h % mp != 0"
+
+
+def test_bias_dropout_add_is_the_residual_add_plus_mask_dropout_gradient_and_bias_gradient():
+    op, p = _p("bias_dropout_add", b=2, l=8, dim=16, dtype="fp16")  # p 0.1, bias by default
+    n, w = 2 * 8 * 16, 16
+    # fwd: x, residual in, sum out (2 bytes each) + a 1-byte mask, + the bias read
+    # bwd: the accumulation add (3·2) + dropout's gradient (2 + 1 + 2) + the bias sum (2)
+    assert op.min_bytes(p) == {"fwd": 7 * n + 2 * w, "bwd": 13 * n + 2 * w}
+    assert op.flops(p) == {"fwd": 4 * n, "bwd": 4 * n}
+    res = _p("residual_add", b=2, l=8, dim=16, dtype="fp16")
+    _, plain = _p("bias_dropout_add", b=2, l=8, dim=16, dtype="fp16", p=0.0, bias=0)
+    assert op.min_bytes(plain) == res[0].min_bytes(res[1])  # p = 0, no bias: the residual add
+    assert op.flops(plain) == res[0].flops(res[1])
+    _, fp32 = _p("bias_dropout_add", b=2, l=64, dim=32, dtype="fp32", p=0.25)
+    x, residual, bias, prob = state = op.build(fp32, "cpu")
+    assert prob == 0.25 and tuple(x.shape) == (128, 32) and tuple(bias.shape) == (32,)
+    y = op.forward(state).detach()
+    kept = (y - residual) != 0
+    torch.testing.assert_close((y - residual)[kept], (x + bias).detach()[kept] / 0.75)
+    assert 0.18 < 1 - kept.double().mean().item() < 0.32  # about p of 4,096 dropped
+    op.execute(state, "bwd", op.prepare(state, "bwd"))  # x's and the bias's gradients
+    assert op.invalid_reason({**fp32, "p": 1.0}) == "p must be in [0, 1)"
+    assert op.invalid_reason({**fp32, "bias": 2}) == "bias must be 0 or 1"

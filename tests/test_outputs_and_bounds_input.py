@@ -160,6 +160,30 @@ def test_an_interrupted_run_says_what_it_kept(capsys, monkeypatch, tmp_path, row
     assert ("run the same command again to resume" in err) == bool(rows)
 
 
+def _raises(exc: BaseException):
+    def fail(*args, **kwargs):
+        raise exc
+    return fail
+
+
+def test_an_interrupted_command_exits_130_and_a_bug_keeps_its_own_traceback(capsys,
+                                                                            monkeypatch):
+    import opatlas.estimate.inputs
+
+    monkeypatch.setattr(opatlas.estimate.inputs, "load_inputs", _raises(KeyboardInterrupt()))
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b")
+    assert code == 130 and "Traceback" not in err  # typer's exit code for Ctrl-C
+    # end of input at a prompt: click's Abort, said in one line
+    monkeypatch.setattr(opatlas.estimate.inputs, "load_inputs", _raises(EOFError()))
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b")
+    assert code == 130 and err.strip() == ("opatlas: interrupted; results recorded so far "
+                                           "are kept")
+    # an unexpected error is not swallowed nor replaced by one of the handler's own
+    monkeypatch.setattr(opatlas.estimate.inputs, "load_inputs", _raises(ZeroDivisionError()))
+    with pytest.raises(ZeroDivisionError):
+        cli_in_process(capsys, "estimate", "llama2-7b")
+
+
 def test_a_failed_run_keeps_a_store_that_existed(monkeypatch, tmp_path):
     from opatlas.store import Store
     from opatlas.store.writing import store_for_writing

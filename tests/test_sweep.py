@@ -117,7 +117,8 @@ def test_llm_catalog_specs_cover_every_op_with_real_model_shapes():
     counts = {"llm-linear": 1440, "llm-flash_attention": 576, "llm-rmsnorm": 60,
               "llm-rope": 240, "llm-cross_entropy": 96, "llm-adam_step": 216, "llm-moe": 48,
               "llm-attention_dropout": 2 * 4 * 4 * 3 * 2,  # 4 distinct head counts
-              "llm-grad_accumulate": 2 * 5 * 2}
+              "llm-grad_accumulate": 2 * 5 * 2,
+              "llm-bias_dropout_add": 2 * 5 * 3 * 2 * 2}  # 5 dims, with and without dropout
     for name in llm_spec_names():
         spec = builtin_spec(name)
         exp = expand(spec)

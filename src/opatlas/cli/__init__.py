@@ -64,13 +64,23 @@ def _click_exceptions():
     return exceptions
 
 
+def _abort() -> type[BaseException]:
+    """What click raises on Ctrl-C outside standalone mode: typer's own ``Abort`` (typer >=
+    0.20 keeps it beside its vendored click, not in it) or click's."""
+    try:
+        from typer.exceptions import Abort
+    except ImportError:  # pragma: no cover - older typer on the public click
+        from click.exceptions import Abort
+    return Abort
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: opatlas errors, usage errors and outputs that cannot be written become one
     line on stderr and exit code 2; warnings (fallbacks, unknown devices) one line each."""
     import errno
     import warnings
 
-    cx = _click_exceptions()
+    cx, abort = _click_exceptions(), _abort()
     warnings.showwarning = _show_warning
     try:
         code = app(args=argv, prog_name="opatlas", standalone_mode=False)
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         typer.echo(f"opatlas: error: {exc.filename}: {exc.strerror or exc}", err=True)
         sys.exit(2)
-    except (KeyboardInterrupt, cx.Abort):
+    except (KeyboardInterrupt, abort):
         typer.echo("opatlas: interrupted; results recorded so far are kept", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

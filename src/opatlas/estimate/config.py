@@ -57,6 +57,12 @@ class ModelConfig(_Strict):
         default=0.0, ge=0, lt=1, description="dropout on the attention probabilities; unfused "
                                              "attention then runs one more kernel over the "
                                              "a·s² scores (Megatron-LM's default is 0.1)")
+    hidden_dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="dropout on the attention's and the FFN's output "
+                                             "before each residual add (Megatron-LM's "
+                                             "--hidden-dropout, 0.1 by default; GPT-2's "
+                                             "resid_pdrop): a one-byte mask per element "
+                                             "forward, its gradient backward")
 
     @field_validator("qk_norm", mode="before")
     @classmethod

@@ -86,6 +86,8 @@ def layout_json(c: TrainConfig) -> dict[str, Any]:
 
 UNFUSED_ATTENTION = ("baddbmm", "ScaledUpperTriangMaskedSoftmax", "bmm")
 DROPOUT = "attention_dropout"  # Megatron-LM's dropout over the probabilities (unfused)
+# the layer ops on the hidden state that sequence parallelism splits along the sequence
+SEQUENCE_SPLIT = ("RMSlayernorm", "layernorm", "res_add", "bias_dropout_add")
 
 
 def attention_ops(m: ModelConfig) -> list[tuple[str, dict[str, Any], int]]:
@@ -113,7 +115,7 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     norm = "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm"
     ops: list[tuple[str, dict[str, Any], int]] = [
         (norm, {}, 2), ("linear1", {"kv_heads": m.kv}, 1), *_qk_norm_ops(m, norm),
-        *attention_ops(m), ("linear2", {}, 1), ("res_add", {}, 2)]
+        *attention_ops(m), ("linear2", {}, 1), *_residual_ops(m)]
     if m.rope:  # on q and on k: one row of two calls when k has as many heads as q
         ops += [("RoPE", {}, 2)] if m.kv == m.heads else \
             [("RoPE", {}, 1), ("RoPE", {"h": m.kv, "dim": m.kv * m.hd}, 1)]
@@ -126,6 +128,18 @@ def _layer_ops(cfg: TrainConfig) -> list[tuple[str, dict[str, Any], int]]:
     else:
         ops += [("linear3", {"ffn": f}, 1), ("gelu", {"ffn": f}, 1), ("linear4", {"ffn": f}, 1)]
     return ops
+
+
+def _residual_ops(m: ModelConfig) -> list[tuple[str, dict[str, Any], int]]:
+    """The layer's two residual adds, after the attention's and after the FFN's output
+    projection: upstream's measured add; or, when those projections have biases or the hidden
+    state a dropout, Megatron-LM's fused bias-dropout-add, which also writes the dropout mask
+    and, backward, computes the dropout's and the bias's gradients."""
+    biases = (m.bias, m.bias if m.mlp_bias is None else m.mlp_bias)
+    if not (any(biases) or m.hidden_dropout > 0):
+        return [("res_add", {}, 2)]
+    ops = [("bias_dropout_add", {"p": m.hidden_dropout, "bias": int(b)}, 1) for b in biases]
+    return [(ops[0][0], ops[0][1], 2)] if biases[0] == biases[1] else ops
 
 
 def _qk_norm_ops(m: ModelConfig, norm: str) -> list[tuple[str, dict[str, Any], int]]:
@@ -170,7 +184,7 @@ def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:
     per op for all configs."""
     m = cfgs[0].model
     norm = "RMSlayernorm" if m.norm == "rmsnorm" else "layernorm"
-    plan = [("layer", op, extra, count, op in ("RMSlayernorm", "layernorm", "res_add"))
+    plan = [("layer", op, extra, count, op in SEQUENCE_SPLIT)
             for op, extra, count in _layer_ops(cfgs[0])]
     plan += [("embedding", "embedding", {"vocab": m.vocab}, 1, False),
              ("head", norm, {}, 1, True),

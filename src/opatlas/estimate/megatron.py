@@ -9,8 +9,8 @@ LayerNorm, biases, tied embeddings, an FFN of 4·h (int(8h/3 / 64)·64 with SwiG
 ``--use-distributed-optimizer``, gradients reduced in one bucket after the backward without
 ``--overlap-grad-reduce`` (or the legacy ``--DDP-impl torch``: PyTorch's DDP, whose 25 MB
 buckets overlap the backward), a vocabulary padded to a multiple of 128·tp, a global batch of
-micro-batch · dp. Attention is unfused unless ``--use-flash-attn`` or a fused
-``--attention-backend`` is given.
+micro-batch · dp, dropout of 0.1 on the attention probabilities and on the hidden state.
+Attention is unfused unless ``--use-flash-attn`` or a fused ``--attention-backend`` is given.
 
 Every other flag is accounted for (:mod:`opatlas.estimate.megatron_flags`): listed as having
 no effect, listed as not modelled, or refused with an error naming it; so is a flag opatlas
@@ -32,6 +32,7 @@ from opatlas.estimate import megatron_flags as mf
 
 SOURCE = "--megatron-args"
 GPT2_BPE_VOCAB = 50257  # the GPT-2 BPE tokenizer's vocabulary, before Megatron's padding
+MEGATRON_DROPOUT = 0.1  # --attention-dropout and --hidden-dropout when not given
 
 
 @dataclass
@@ -156,6 +157,22 @@ class _Args:
                             key=f"--{next(n for n in names if n in self.flags)}", value=value)
         return number
 
+    def fraction(self, name: str, default: float, notes: list[str]) -> float:
+        """A probability in [0, 1), such as a dropout; Megatron-LM's default when absent
+        (said in the notes)."""
+        value = self.text(name)
+        if value is None:
+            notes.append(f"--{name} {default} (Megatron-LM's default)")
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not 0 <= number < 1:
+            raise SpecError("expected a probability in [0, 1)", file=self.label,
+                            key=f"--{name}", value=value)
+        return number
+
     def required(self, name: str, why: str) -> int:
         value = self.int(name)
         if value is None:
@@ -247,6 +264,8 @@ def _model(a: _Args, tp: int, notes: list[str]) -> dict[str, Any]:
         "qkv_bias": True if a.switch("add-qkv-bias") else None,
         "tied_embeddings": not a.switch("untie-embeddings-and-output-weights"),
         "qk_norm": a.switch("qk-layernorm"), "attention": _attention(a, notes),
+        "attention_dropout": a.fraction("attention-dropout", MEGATRON_DROPOUT, notes),
+        "hidden_dropout": a.fraction("hidden-dropout", MEGATRON_DROPOUT, notes),
         **_experts(a, notes)}
     if position == "learned_absolute" and max_pos is not None and max_pos != shape["seq_len"]:
         notes.append(f"the learned position table is counted at --seq-length {shape['seq_len']} "

@@ -28,7 +28,7 @@ log-loss-scale-to-tensorboard logging-level log-straggler disable-straggler-on-s
 no-one-logger app-tag-run-name app-tag-run-version config-logger-dir
 run-workload-inspector-server enable-ft-package calc-ft-timeouts profile profile-step-start
 profile-step-end profile-ranks use-pytorch-profiler record-memory-history memory-snapshot-path
-attention-dropout hidden-dropout weight-decay start-weight-decay end-weight-decay
+weight-decay start-weight-decay end-weight-decay
 weight-decay-incr-style clip-grad adam-beta1 adam-beta2 adam-eps sgd-momentum loss-scale
 initial-loss-scale min-loss-scale loss-scale-window hysteresis
 lr min-lr warmup override-opt_param-scheduler override-opt-param-scheduler

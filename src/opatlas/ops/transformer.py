@@ -1,6 +1,6 @@
 """The rest of the transformer catalog: embedding, rmsnorm, swiglu, rope, masked_softmax,
-fillmask, baddbmm, residual_add, cross_entropy (vocab-parallel), adam_step, grad_accumulate,
-moe.
+fillmask, attention_dropout, baddbmm, residual_add, bias_dropout_add, cross_entropy
+(vocab-parallel), adam_step, grad_accumulate, moe.
 
 Parameters follow estimate-train-time's names (mp, b, h, l, dim) plus what upstream hard-codes
 (vocab, ffn width, kv heads, experts, top-k). FLOP conventions per op are in each docstring.
@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from opatlas.ops.base import I, Op, Rule, dtype_bytes, opt, pick
 from opatlas.ops.basic import (
@@ -320,6 +322,67 @@ class ResidualAdd(_Rowwise):
 
     def forward(self, state: Any) -> Any:
         return state[0] + state[1]
+
+
+@register_op
+class BiasDropoutAdd(_Rowwise):
+    """Megatron-LM's residual add after the attention's and the FFN's output projection:
+    ``residual + dropout(x + bias, p)`` on (b·l, dim), one fused kernel forward
+    (``--bias-dropout-fusion``, on by default). fwd reads x and the residual (and the bias),
+    writes the sum and, when p > 0, a one-byte keep mask. bwd is what the backward runs at
+    this junction: x's gradient (dy times the mask and 1/(1−p), when p > 0), the bias's (that
+    summed over the tokens) and the add where the residual's gradient meets its branch's (the
+    residual add's backward, as upstream measures it). With p = 0 and no bias it is the
+    residual add."""
+
+    name = "bias_dropout_add"
+    params = ("b", "l", "dim")
+    defaults = {"p": 0.1, "bias": 1}
+    description = "residual add of a dropped-out, biased projection output (Megatron fused)"
+    rules = (Rule("p must be in [0, 1)", lambda p: 0 <= float(p["p"]) < 1),
+             Rule("bias must be 0 or 1", lambda p: int(p["bias"]) in (0, 1)))
+
+    shape2d = staticmethod(hidden_shape)
+
+    @staticmethod
+    def _parts(p: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(1 where there is a dropout, 1 where there is a bias): scalars or arrays."""
+        return pick(np.asarray(p["p"], dtype=float) > 0, 1, 0), I(p["bias"])
+
+    def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        drop, bias = self._parts(p)
+        return {"fwd": (1.0 + bias + 2 * drop) * r * w, "bwd": (1.0 + 2 * drop + bias) * r * w}
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        r, w = self.shape2d(p)
+        n, e = r * w, dtype_bytes(p["dtype"])
+        drop, bias = self._parts(p)
+        return {"fwd": (3 * e + drop) * n + bias * e * w,
+                "bwd": (3 * e + drop * (2 * e + 1) + bias * e) * n + bias * e * w}
+
+    def build(self, p: Mapping[str, Any], device: str) -> Any:
+        r, w = self.shape2d(p)
+        residual = randn(r, w, dtype=p["dtype"], device=device, grad=False)
+        bias = randn(w, dtype=p["dtype"], device=device, grad=bool(int(p["bias"])))
+        return super().build(p, device), residual, bias, float(p["p"])
+
+    def forward(self, state: Any) -> Any:
+        import torch
+
+        x, residual, bias, prob = state
+        return residual + torch.nn.functional.dropout(x + bias, p=prob, training=True)
+
+    def execute(self, state: Any, pass_: str, prepared: Any) -> None:
+        if pass_ != "bwd":
+            return super().execute(state, pass_, prepared)
+        import torch
+
+        out, grad = prepared
+        x, _, bias, _ = state
+        wanted = [x, bias] if bias.requires_grad else [x]
+        dx = torch.autograd.grad(out, wanted, grad)[0]
+        _ = grad + dx  # the residual's gradient meets its branch's
 
 
 @register_op

@@ -49,6 +49,7 @@ OPS: dict[str, tuple[tuple[str, ...], dict[str, list[Any]], bool]] = {
     "layernorm": (("dim",), {}, False),
     "residual_add": (("dim",), {}, False),
     "attention_dropout": (("h",), {}, True),
+    "bias_dropout_add": (("dim",), {"p": [0.0, 0.1]}, False),
 }
 # gradient-buffer sizes of a pipeline stage on one rank: 100 M to 2 B parameters
 ACCUMULATE_PARAMS = [100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_000_000_000]
