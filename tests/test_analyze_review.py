@@ -194,6 +194,17 @@ def test_csv_to_stdout_and_a_missing_netlist_named(capsys, tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     r = run_cli("analyze", "llama2-7b", "--csv", "-", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith("op,pass,") and not (tmp_path / "-").exists()
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    # counts are whole numbers and written so ("2048", not "2048.0"); times stay fractions
+    assert rows and all(row["calls"].isdigit() for row in rows), rows[0]["calls"]
+    norm = next(row for row in rows if row["op"] == "RMSlayernorm" and row["pass"] == "fwd")
+    # 2 RMSNorms a layer × 32 layers × 32 micro-batches, 4 FLOPs an element of 2,048 tokens (a
+    # tp 2 sequence-parallel half of 4,096) × 4,096
+    assert int(norm["calls"]) == 2048 and int(norm["flops"]) == 2048 * 4 * 2048 * 4096
+    assert float(norm["time_s"]) % 1 != 0
     code, _, err = cli_in_process(capsys, "analyze", "llama2-7b", "--netlist", "foo.yaml")
     one_error(code, err, "--netlist foo.yaml: no such file or folder")
 

@@ -35,12 +35,27 @@ def load(path: str | Path) -> Analysis:
 
 
 def write_csv(analysis: Analysis, path: str | Path) -> Path:
-    """The rows as CSV; mappings (shape) as JSON text."""
+    """The rows as CSV; mappings (shape) as JSON text, counts such as ``calls`` (float
+    columns holding whole numbers only) as integers."""
     rows = analysis.rows.copy()
     for col in rows.columns:
         if rows[col].map(lambda v: isinstance(v, dict | list)).any():
             rows[col] = rows[col].map(lambda v: json.dumps(v) if isinstance(v, dict | list) else v)
+        elif _whole_floats(rows[col]):
+            rows[col] = rows[col].astype("Int64")
     return write_atomic(path, rows.to_csv(index=False, quoting=csvlib.QUOTE_MINIMAL), "--csv")
+
+
+def _whole_floats(col: Any) -> bool:
+    """A float column whose values are all whole numbers (missing ones allowed) that fit an
+    int64 exactly."""
+    import numpy as np
+
+    if col.dtype.kind != "f":
+        return False
+    values = col.dropna().to_numpy()
+    return bool(len(values)) and bool(np.all(np.isfinite(values) & (values == np.round(values))
+                                             & (np.abs(values) < 2.0**53)))
 
 
 def write_html(analysis: Analysis, path: str | Path) -> Path:

@@ -127,7 +127,8 @@ def run(
                    + ("; run the same command again to resume" if recorded else ""), err=True)
         raise typer.Exit(130) from None
     stats = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "nothing to run"
-    typer.echo(f"{s.name}: {summary.total} vectors; {summary.skipped} already in the store; "
+    vectors = "vector" if summary.total == 1 else "vectors"
+    typer.echo(f"{s.name}: {summary.total} {vectors}; {summary.skipped} already in the store; "
                f"ran {summary.ran} ({stats}) in {summary.elapsed_s:.1f} s "
                f"({summary.rate:.1f} vec/s)")
     for line in node_lines(summary):
