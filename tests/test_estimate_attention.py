@@ -166,3 +166,21 @@ def test_collectives_across_nodes_use_the_rails_of_their_ranks():
         2 * 63 / 64 * 1e9 / 300e9)  # NVLink caps it
     assert ab.time("all_to_all", size, 32, False, per_node=8)[0] == pytest.approx(
         31 / 32 * 1e9 / 25e9)
+
+
+def test_collectives_without_samples_are_said_once_grouped_by_collective(tmp_path):
+    import numpy as np
+
+    from opatlas.estimate.comm import Measured, take_fallback_note
+    from opatlas.estimate.config import ClusterConfig
+
+    comm = Measured(ClusterConfig(), tmp_path, "A100")  # an empty folder: nothing measured
+    size = np.array([1e6])
+    for op, nodes, gpn in (("all_reduce", 4, 8), ("all_gather", 2, 8), ("all_reduce", 2, 8),
+                           ("all_reduce", 4, 8)):
+        alpha_beta = comm.time(op, size, nodes * gpn, False, gpn)
+        assert comm.time_topology(op, size, nodes, gpn, False) == pytest.approx(alpha_beta)
+    note = take_fallback_note(comm)
+    assert f"no measured samples in {tmp_path} for all_gather on 2×8; all_reduce on 2×8, 4×8 " \
+           "(nodes × GPUs per node)" in note
+    assert take_fallback_note(comm) is None  # said once

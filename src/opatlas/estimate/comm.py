@@ -119,7 +119,10 @@ def take_fallback_note(comm: AlphaBeta) -> str | None:
     timed by the alpha-beta model), as one note; and forget them."""
     if not isinstance(comm, Measured) or not comm.fallbacks:
         return None
-    which = ", ".join(f"{op} on {nodes}×{gpn}" for op, nodes, gpn in sorted(comm.fallbacks))
+    by_op: dict[str, list[str]] = {}
+    for op, nodes, gpn in sorted(comm.fallbacks):
+        by_op.setdefault(op, []).append(f"{nodes}×{gpn}")
+    which = "; ".join(f"{op} on {', '.join(shapes)}" for op, shapes in by_op.items())
     comm.fallbacks.clear()
     return (f"no measured samples in {comm.folder} for {which} (nodes × GPUs per node): the "
             f"alpha-beta model (cluster bandwidths and latencies) is used for them")
