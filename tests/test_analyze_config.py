@@ -89,6 +89,15 @@ def test_every_row_has_a_limiter_and_collectives_a_bandwidth_bound(analysis):
     link = load_config(CONFIG).cluster.intra_bw_gbps * 1e9
     assert comm["bound_time_s"] == pytest.approx(comm["calls"] * 2 * (n - 1) / n * nbytes / link)
     assert comm["limiter"] == "communication" and comm["headroom"] >= 1
+    # the sequence-parallel re-gather: its shape's bytes are one call's, like the all-reduce's
+    (gather,) = rows[(rows["op"] == "all_gather") & (rows["category"] == "tp_comm")].itertuples()
+    assert gather.shape["role"] == "sequence-parallel re-gather"
+    assert gather.bytes == pytest.approx(gather.calls * gather.shape["bytes"])
+    assert gather.bound_time_s == pytest.approx(gather.bytes * (n - 1) / n / link)
+    assert 1 <= gather.headroom < 2  # the same links as the all-reduce's
+    # data-parallel rows: the shape holds one pass over the gradients, one bucket a call
+    for dp in rows[rows["category"] == "dp_comm"].itertuples():
+        assert dp.bytes == pytest.approx(dp.calls / dp.shape["buckets"] * dp.shape["bytes"])
 
 
 def test_pipeline_config_rows_are_the_slowest_stage_and_carry_the_schedule():

@@ -526,11 +526,15 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
                 grad_shown += beyond
     params = sum(groups.values())
     gathers = buckets * (2 * nmb if p.zero == 3 else 1)
+    # the shapes' bytes are one whole pass over the gradients (parameters): one call moves a
+    # bucket's share of them
     return (_dp_item("all_reduce" if p.zero <= 1 else "reduce_scatter", buckets * reductions,
                      grad_comm, grad_shown, {"bytes": c.training.grad_bytes * params,
-                                             "ranks": p.dp, "role": "gradients"})
+                                             "ranks": p.dp, "role": "gradients",
+                                             "buckets": buckets})
             + _dp_item("all_gather", gathers, param_comm, param_shown,
-                       {"bytes": 2.0 * params, "ranks": p.dp, "role": "parameters"}))
+                       {"bytes": 2.0 * params, "ranks": p.dp, "role": "parameters",
+                        "buckets": buckets}))
 
 
 def _dp_item(name: str, calls: float, total_s: float, exposed_s: float,

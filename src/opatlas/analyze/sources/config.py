@@ -127,8 +127,6 @@ def _rows(est: Any) -> pd.DataFrame:
 
     dtype = est.config.training.dtype
     stage = slowest_stage(est)
-    grad_calls = next((it.calls for it in est.items
-                       if it.category == "dp_comm" and it.shape.get("role") == "gradients"), 1.0)
     out = []
     for it in est.items:
         row: dict[str, Any] = {"op": it.name, "pass": it.pass_, "category": it.category,
@@ -150,8 +148,8 @@ def _rows(est: Any) -> pd.DataFrame:
                 row["gemm"] = list(g)
         elif it.pass_ == "comm":
             per_call = float(it.shape.get("bytes", 0.0))
-            if "role" in it.shape:  # data-parallel rows carry the whole gradient's bytes
-                per_call /= max(grad_calls, 1.0)
+            if it.category == "dp_comm":  # one pass over the gradients, a bucket a call
+                per_call /= max(float(it.shape.get("buckets", 1.0)), 1.0)
             row["flops"], row["bytes"] = 0.0, it.calls * per_call
             if not (it.category == "dp_comm" and est.config.parallel.dp_overlap):
                 n = int(it.shape.get("ranks", 2))
