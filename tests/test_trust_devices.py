@@ -134,6 +134,27 @@ def test_upstream_gh200_example_loads_and_works_with_its_data(tmp_path):
             update={"data": "bundled"})}))
 
 
+def test_an_ett_data_folder_that_is_not_there_is_said_and_strict_refuses(tmp_path, capsys):
+    """A mistyped operator_data_folder must not quietly become the bundled samples; upstream's
+    own Perlmutter folders are those samples, so naming them is no substitute."""
+    from conftest import cli_in_process, one_error
+
+    example = {"operator_data_folder": "./regressors/Perlmuter/operator",  # a typo
+               "nccl_data_folder": "./regressors/Perlmutter/nccl",
+               "training_config": [2, 2, 1, 4, 32, 4096, 4096, 2, 4], "encoders": 8,
+               "layernorm_name": "RMSlayernorm",
+               "encoder_function_list": ["RMSlayernorm", "linear1", "RoPE", "flash_atten"]}
+    path = tmp_path / "typo.yml"
+    path.write_text(yaml.safe_dump(example))
+    code, out, err = cli_in_process(capsys, "estimate", str(path), "--json")
+    said = (f"operator_data_folder ./regressors/Perlmuter/operator is not a folder as given nor "
+            f"next to the config in {tmp_path}: the bundled A100 samples are used instead")
+    assert code == 0 and said in err and "nccl_data_folder" not in err, err
+    assert said in json.loads(out)["assumptions"]
+    one_error(*cli_in_process(capsys, "estimate", str(path), "--strict")[::2],
+              f"In file {path}, key 'operator_data_folder'", "--strict refuses")
+
+
 @pytest.mark.slow
 def test_unknown_device_is_described_by_its_own_data(tmp_path):
     src = bundled_dataset() / "operator"

@@ -204,17 +204,30 @@ class TrainConfig(_Strict):
         return self.training.global_batch // (self.parallel.dp * self.training.micro_batch)
 
 
-def _ett_folder(value: Any, config_dir: Path | None) -> str:
+def _ett_folder(data: dict[str, Any], key: str, config_dir: Path | None,
+                notes: list[str] | None, strict: bool) -> str:
     """An upstream data folder, absolute or relative to the config as upstream resolves it;
-    'bundled' (the A100 samples, which upstream's Perlmutter folders are) when neither exists.
-    A device the bundled data lacks is then an error that names what it holds."""
+    'bundled' (the A100 samples, which upstream's Perlmutter folders are) when it is not
+    given or neither exists: said in ``notes``, an error under ``strict``. A device the
+    bundled data lacks is then an error that names what it holds."""
+    value = data.get(key)
     for c in (Path(str(value)), *([config_dir / str(value)] if config_dir else [])):
         if value and c.is_dir():
             return str(c.resolve())
+    if value and Path(str(value)).parts[-3:-1] != ("regressors", "Perlmutter"):
+        # upstream's own Perlmutter folders hold the samples opatlas bundles: no substitute
+        where = f" nor next to the config in {config_dir}" if config_dir else ""
+        msg = f"is not a folder as given{where}"
+        if strict:
+            raise SpecError(f"{msg} (--strict refuses the bundled data instead)",
+                            file=str(data.get("file", "config")), key=key, value=value)
+        if notes is not None:
+            notes.append(f"{key} {value} {msg}: the bundled A100 samples are used instead")
     return "bundled"
 
 
-def from_ett(data: dict[str, Any], config_dir: Path | None = None) -> dict[str, Any]:
+def from_ett(data: dict[str, Any], config_dir: Path | None = None,
+             notes: list[str] | None = None, strict: bool = False) -> dict[str, Any]:
     """estimate-train-time's example config -> our mapping, keeping upstream's model
     assumptions (GELU FFN of 4·dim, vocab 50,257, MHA, fp16, full recompute, ZeRO-1, AFAB,
     no DP overlap) so the comparison with its published numbers is like for like. A layer
@@ -234,9 +247,10 @@ def from_ett(data: dict[str, Any], config_dir: Path | None = None) -> dict[str, 
                      "recompute": "full", "dp_overlap": False,
                      "bucket_mb": data.get("comm_bucket", 1.26e9) * 2 / 2**20},
         "cluster": {"device": device, "gpus_per_node": gpn,
-                    "nccl_data": _ett_folder(data.get("nccl_data_folder"), config_dir)},
+                    "nccl_data": _ett_folder(data, "nccl_data_folder", config_dir, notes,
+                                             strict)},
         "ops": {"mode": "data",
-                "data": _ett_folder(data.get("operator_data_folder"), config_dir)},
+                "data": _ett_folder(data, "operator_data_folder", config_dir, notes, strict)},
         "source": "ett",
     }
 
@@ -244,13 +258,16 @@ def from_ett(data: dict[str, Any], config_dir: Path | None = None) -> dict[str, 
 def load_config(path: str | Path, notes: list[str] | None = None) -> TrainConfig:
     """A config file or bundled example, validated; ``notes`` (if given) receives what was
     assumed on the way (Hugging Face defaults, cluster presets)."""
-    data, path = read_config(path)
+    data, path = read_config(path, notes)
     return validate_config(data, path, notes)
 
 
-def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
+def read_config(path: str | Path, notes: list[str] | None = None,
+                strict: bool = False) -> tuple[dict[str, Any], Path]:
     """The raw mapping of a config file or bundled example (estimate-train-time's and Hugging
-    Face's formats converted), not yet validated, and the file it came from."""
+    Face's formats converted), not yet validated, and the file it came from. ``notes``
+    receives what the conversion substituted (an upstream data folder that is not there);
+    ``strict`` makes that an error."""
     path = Path(path)
     if not path.exists():
         from importlib import resources
@@ -278,7 +295,8 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], Path]:
         raise SpecError("a config must be a YAML mapping", file=str(path))
     if "training_config" in data:
         try:
-            data = from_ett({**data, "name": path.stem}, path.parent)
+            data = from_ett({**data, "name": path.stem, "file": str(path)}, path.parent, notes,
+                            strict)
         except (KeyError, ValueError, TypeError) as exc:
             raise SpecError(f"not a valid estimate-train-time config: {exc}", file=str(path),
                             key="training_config") from None

@@ -50,7 +50,7 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         raw, path, steps, gpus = _from_megatron(megatron_args, gpus, gpus_per_node, strict,
                                                 notes)
     elif config is not None:
-        raw, path = read_config(config)
+        raw, path = read_config(config, notes, strict)
     else:
         raise OpatlasError("give a config (YAML, config.json or a bundled name) or "
                            "--megatron-args")
