@@ -65,6 +65,38 @@ def test_activation_memory_matches_korthikanti():
     assert activation_bytes_per_layer(cfg, b, t, True, "full") == pytest.approx(2 * s * b * h / t)
 
 
+def test_activation_memory_follows_the_ffn_its_kind_and_the_experts():
+    from opatlas.estimate.config import ModelConfig
+
+    s, b, h, t = 1024, 2, 1024, 2
+    base = {"layers": 1, "hidden": h, "heads": 16, "seq_len": s}
+    rest = 10 * h + 8 * h / t  # norms, inputs, masks; Q, K, V and context
+
+    def per_token(**model):
+        return activation_bytes_per_layer(ModelConfig(**base, **model), b, t, False,
+                                          "selective") / (s * b)
+
+    assert per_token(ffn=4 * h) == pytest.approx(rest + 16 * h / t)  # Korthikanti's 4·h FFN
+    assert per_token(ffn=1000) == pytest.approx(rest + 4 * 1000 / t)  # GELU in and out
+    assert per_token(ffn=1000, ffn_kind="swiglu") == pytest.approx(rest + 6 * 1000 / t)
+    # top-2 of 8 SwiGLU experts: each routed copy keeps its input and its FFN's tensors
+    moe = per_token(ffn=1000, ffn_kind="swiglu", experts=8, top_k=2)
+    assert moe == pytest.approx(rest + 2 * (6 * 1000 + 2 * h) / t)
+
+
+def test_fp32_training_keeps_four_byte_weights_and_activations_and_no_master_copy():
+    cfg = load_config("llama2-7b")
+    bf16 = estimate_step(cfg)
+    fp32 = estimate_step(cfg.model_copy(update={
+        "training": cfg.training.model_copy(update={"dtype": "fp32"})}))
+    for part, ratio in (("weights", 2.0), ("gradients", 2.0), ("activations", 2.0),
+                        ("optimizer", 8 / 12)):  # Adam's two moments; the weights are fp32
+        assert getattr(fp32.memory, part) == pytest.approx(ratio * getattr(bf16.memory, part))
+    psi = 1e9
+    assert model_state_bytes(psi, 1, 0, weight_bytes=4, grad_bytes=4) == \
+        {"weights": 4e9, "gradients": 4e9, "optimizer": 8e9}
+
+
 def test_parameter_counts_of_published_models():
     assert pm.total_params(load_config("llama2-7b").model) == pytest.approx(6.74e9, rel=0.01)
     assert pm.total_params(load_config("llama2-13b").model) == pytest.approx(13.0e9, rel=0.01)

@@ -125,6 +125,11 @@ class TrainingConfig(_Strict):
     def grad_bytes(self) -> int:
         return 4 if self.grads_fp32 or self.dtype == "fp32" else 2
 
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of a weight (and of an activation) in the step's arithmetic."""
+        return 4 if self.dtype == "fp32" else 2
+
 
 class ParallelConfig(_Strict):
     dp: int = Field(default=1, gt=0)

@@ -549,12 +549,15 @@ def _dp_item(name: str, calls: float, total_s: float, exposed_s: float,
 def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: list[int],
             sched: Schedule) -> Memory:
     m, p = c.model, c.parallel
-    g = c.training.grad_bytes
-    dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero, grad_bytes=g)
-    experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero, grad_bytes=g)  # over dp/ep
+    g, w = c.training.grad_bytes, c.training.weight_bytes
+    dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero, weight_bytes=w,
+                              grad_bytes=g)
+    experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero, weight_bytes=w,
+                                grad_bytes=g)  # over dp/ep
     states = {k: dense[k] + experts[k] for k in dense}
     per_layer = activation_bytes_per_layer(m, c.training.micro_batch, p.tp, p.sequence_parallel,
-                                           p.recompute, flash=m.attention == "flash")
+                                           p.recompute, flash=m.attention == "flash",
+                                           element_bytes=w)
     acts = per_device[0] * per_layer * sched.in_flight()
     logits = 4.0 * c.training.micro_batch * m.seq_len * m.vocab / p.tp if p.pp == 1 else 0.0
     return Memory(states["weights"], states["gradients"], states["optimizer"], acts,
