@@ -93,9 +93,24 @@ def test_a_bare_hugging_face_config_says_every_default():
 
 
 def test_notes_made_before_an_error_are_shown(capsys):
-    code, _, err = cli_in_process(capsys, "estimate", "llama-3.1-70b", "--gpus", "512")
-    one_error(code, err, "not a multiple")
-    assert "assumed training.global_batch = 32" in err.split("opatlas: error")[0]
+    code, _, err = cli_in_process(capsys, "estimate", "llama-3.1-70b", "--gpus", "512",
+                                  "--set", "training.global_batch=100")
+    one_error(code, err, "not a multiple", "--set training.global_batch=100")
+    assert "assumed model.seq_len = max_position_embeddings" in err.split("opatlas: error")[0]
+
+
+def test_an_assumed_batch_divides_into_the_layout_of_the_gpus_given(capsys):
+    """About 4 Mi tokens: 32 sequences of Llama 3.1's 131,072, a power of two without a
+    layout; with --gpus, the multiple of dp·micro-batch nearest it."""
+    for args, batch, why in (([], 32, "the power of two"),
+                             (["--gpus", "512"], 512, "the multiple of dp·micro-batch = 512"),
+                             (["--gpus", "48", "--set", "parallel.tp=2"], 24,  # not 48
+                              "the multiple of dp·micro-batch = 24")):
+        code, out, err = cli_in_process(capsys, "estimate", "llama-3.1-70b", "--json", *args)
+        assert code == 0, err
+        layout = json.loads(out)["parallel"]
+        assert layout["micro_batches"] * layout["micro_batch"] * layout["dp"] == batch
+        assert f"assumed training.global_batch = {batch} sequences ({why} nearest 4 Mi" in err
 
 
 def test_measured_collectives_missing_a_topology_are_said_and_strict_refuses(capsys):

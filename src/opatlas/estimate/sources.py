@@ -51,12 +51,24 @@ def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None) -> dic
     out = {**data, "model": {"name": hf_model_name(path), **mapped.fields, **explicit}}
     training = data.get("training")
     if training is None or (isinstance(training, dict) and "global_batch" not in training):
-        seqs = 2 ** max(0, round(math.log2(DEFAULT_BATCH_TOKENS / out["model"]["seq_len"])))
+        seqs, why = _default_batch(out["model"]["seq_len"], data.get("parallel"), training)
         out["training"] = {**(training or {}), "global_batch": seqs}
         if notes is not None:
-            notes.append(f"assumed training.global_batch = {seqs} sequences (the power of two "
-                         f"nearest 4 Mi tokens per step; set training.global_batch)")
+            notes.append(f"assumed training.global_batch = {seqs} sequences ({why} nearest 4 Mi "
+                         f"tokens per step; set training.global_batch)")
     return out
+
+
+def _default_batch(seq_len: int, parallel: Any, training: Any) -> tuple[int, str]:
+    """About 4 Mi tokens of sequences: a power of two, or, when the layout gives dp, the
+    multiple of dp · micro-batch nearest it (so that the batch divides into the layout)."""
+    seqs = DEFAULT_BATCH_TOKENS / seq_len
+    dp = parallel.get("dp") if isinstance(parallel, dict) else None
+    micro = training.get("micro_batch", 1) if isinstance(training, dict) else 1
+    if isinstance(dp, int) and isinstance(micro, int) and dp > 0 and micro > 0:
+        unit = dp * micro
+        return unit * max(1, round(seqs / unit)), f"the multiple of dp·micro-batch = {unit}"
+    return 2 ** max(0, round(math.log2(seqs))), "the power of two"
 
 
 def resolve_sources(data: dict[str, Any], base: Path, notes: list[str] | None = None
