@@ -394,3 +394,18 @@ def test_a_where_that_selects_nothing_is_an_error_and_writes_no_store(tmp_path, 
     code, out, err = cli_in_process(capsys, "run", str(spec), "--where", "dim == 512",
                                     "--store", str(store), "--repeats", "1")
     assert code == 0 and ": 1 vector; 0 already in the store" in out, err
+
+
+def test_virtual_stages_need_the_interleaved_schedule_and_equal_chunks(capsys):
+    pp = ["--set", "parallel.pp=4", "--set", "parallel.dp=8"]
+    one_error(*cli_in_process(capsys, "estimate", "llama2-7b", *pp, "--set",
+                              "parallel.virtual_stages=4")[::2],
+              "virtual_stages 4 needs schedule: interleaved (1f1b runs one chunk")
+    one_error(*cli_in_process(capsys, "estimate", "llama2-7b", *pp, "--set",
+                              "parallel.virtual_stages=3", "--set",
+                              "parallel.schedule=interleaved")[::2],
+              "layers (32) to split into pp·virtual_stages = 12 equal chunks")
+    code, out, err = cli_in_process(capsys, "estimate", "llama2-7b", *pp, "--set",
+                                    "parallel.virtual_stages=2", "--set",
+                                    "parallel.schedule=interleaved", "--json")
+    assert code == 0 and json.loads(out)["layers_per_stage"] == [8, 8, 8, 8], err

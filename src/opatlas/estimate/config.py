@@ -194,6 +194,13 @@ class TrainConfig(_Strict):
                              f"(expert-parallel groups are formed inside data parallelism)")
         if p.schedule == "interleaved" and p.virtual_stages < 2:
             raise ValueError("the interleaved schedule needs virtual_stages >= 2")
+        if p.schedule != "interleaved" and p.virtual_stages > 1:
+            raise ValueError(f"virtual_stages {p.virtual_stages} needs schedule: interleaved "
+                             f"({p.schedule} runs one chunk of layers per device)")
+        if p.schedule == "interleaved" and m.layers % (p.pp * p.virtual_stages):
+            # Megatron-LM splits every stage into equal chunks and asserts it
+            raise ValueError(f"the interleaved schedule needs layers ({m.layers}) to split "
+                             f"into pp·virtual_stages = {p.pp * p.virtual_stages} equal chunks")
         if p.schedule == "interleaved" and self.micro_batches % p.pp:
             # Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp and asserts it
             raise ValueError(f"the interleaved schedule needs micro-batches per step "
