@@ -409,3 +409,19 @@ def test_virtual_stages_need_the_interleaved_schedule_and_equal_chunks(capsys):
                                     "parallel.virtual_stages=2", "--set",
                                     "parallel.schedule=interleaved", "--json")
     assert code == 0 and json.loads(out)["layers_per_stage"] == [8, 8, 8, 8], err
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("model.seq_len=100000000000000000000", "less than or equal to 16777216"),
+    ("model.hidden=10000000000000000000", "less than or equal to 131072"),
+    ("model.layers=true", "expected a number, not true"),
+    ("parallel.pp=false", "expected a number, not false"),
+    ("cluster.intra_bw_gbps=true", "expected a number, not true"),
+    ("training.micro_batch=8192", "8192 × seq_len 4096 tokens exceeds 16,777,216"),
+])
+def test_absurd_sizes_and_booleans_for_numbers_are_refused(capsys, override, needle):
+    """Sizes beyond any model would overflow the ops' 64-bit counts (an MFU of 178% was
+    printed); YAML's true/false would be taken as 1/0."""
+    key = override.partition("=")[0]
+    one_error(*cli_in_process(capsys, "estimate", "llama2-7b", "--set", override)[::2],
+              needle, key)

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from opatlas.errors import SpecError
 
@@ -16,21 +24,37 @@ from opatlas.errors import SpecError
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML's true/false is not a count: pydantic would take it as 1 or 0."""
+        kind = cls.model_fields[info.field_name].annotation if info.field_name else None
+        numeric = {int, float, int | None, float | None}
+        if isinstance(value, bool) and kind in numeric:
+            raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
+
+
+# bounds that keep every op's counts within 64-bit integers (a micro-batch's tokens times
+# two widths), far beyond any model trained
+MAX_WIDTH, MAX_FFN, MAX_VOCAB = 2**17, 2**19, 2**21
+MAX_TOKENS = 2**24  # of one micro-batch: sequence length × micro-batch
+
 
 class ModelConfig(_Strict):
     name: str = "model"
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int | None = Field(default=None, gt=0)
+    layers: int = Field(gt=0, le=2**20)
+    hidden: int = Field(gt=0, le=MAX_WIDTH)
+    heads: int = Field(gt=0, le=2**12)
+    kv_heads: int | None = Field(default=None, gt=0, le=2**12)
     head_dim: int | None = Field(
-        default=None, gt=0, description="width of one attention head; hidden / heads unless "
+        default=None, gt=0, le=2**14, description="width of one attention head; hidden / heads unless "
                                         "given (Qwen3, Gemma: heads · head_dim may differ from "
                                         "hidden)")
-    ffn: int | None = Field(default=None, gt=0)
+    ffn: int | None = Field(default=None, gt=0, le=MAX_FFN)
     ffn_kind: Literal["gelu", "swiglu"] = "gelu"
-    vocab: int = Field(default=50257, gt=0)
-    seq_len: int = Field(gt=0)
+    vocab: int = Field(default=50257, gt=0, le=MAX_VOCAB)
+    seq_len: int = Field(gt=0, le=MAX_TOKENS)
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     rope: bool = False
     learned_positions: bool = False
@@ -38,8 +62,8 @@ class ModelConfig(_Strict):
     mlp_bias: bool | None = Field(default=None, description="biases in the FFN; the same as "
                                                             "bias unless given")
     tied_embeddings: bool = False
-    experts: int = Field(default=0, ge=0)
-    top_k: int = Field(default=0, ge=0)
+    experts: int = Field(default=0, ge=0, le=2**16)
+    top_k: int = Field(default=0, ge=0, le=2**16)
     qkv_bias: bool | None = Field(default=None, description="biases on the query, key and "
                                                             "value projections; the same as "
                                                             "bias unless given (Qwen2: true "
@@ -106,8 +130,8 @@ class ModelConfig(_Strict):
 
 
 class TrainingConfig(_Strict):
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    micro_batch: int = Field(default=1, gt=0)
+    global_batch: int = Field(gt=0, le=2**40, description="sequences per optimizer step")
+    micro_batch: int = Field(default=1, gt=0, le=MAX_TOKENS)
     dtype: Literal["fp16", "bf16", "fp32"] = "bf16"
     optimizer: Literal["adamw"] = "adamw"
     grads_fp32: bool = Field(
@@ -180,6 +204,9 @@ class TrainConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         p, m, t = self.parallel, self.model, self.training
+        if t.micro_batch * m.seq_len > MAX_TOKENS:
+            raise ValueError(f"micro_batch {t.micro_batch} × seq_len {m.seq_len} tokens exceeds "
+                             f"{MAX_TOKENS:,} in one micro-batch")
         if m.heads % p.tp or m.kv % p.tp:
             raise ValueError(f"heads {m.heads} / kv_heads {m.kv} not divisible by tp {p.tp}")
         if p.pp * p.virtual_stages > m.layers:
