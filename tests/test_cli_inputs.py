@@ -425,3 +425,16 @@ def test_absurd_sizes_and_booleans_for_numbers_are_refused(capsys, override, nee
     key = override.partition("=")[0]
     one_error(*cli_in_process(capsys, "estimate", "llama2-7b", "--set", override)[::2],
               needle, key)
+
+
+def test_a_device_outside_the_catalog_is_named_by_its_key_in_analytical_mode(capsys):
+    one_error(*cli_in_process(capsys, "estimate", "llama2-7b", "--set",
+                              "cluster.device=Z9000")[::2],
+              "cluster.device 'Z9000' is not in the device catalog", "A100-SXM4-80GB",
+              "ops.mode analytical")
+
+
+def test_a_negative_degree_is_refused_without_a_note_on_negative_gpus(capsys):
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b", "--set", "parallel.tp=-2")
+    one_error(code, err, "key 'parallel.tp', value -2", "greater than 0")
+    assert "GPU count" not in err

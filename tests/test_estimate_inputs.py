@@ -496,3 +496,13 @@ def test_unknown_yaml_keys_name_what_the_section_takes(tmp_path):
 def test_a_set_inside_a_section_rule_is_named():
     with pytest.raises(SpecError, match=r"with --set model\.hidden=4095"):
         load_inputs("llama2-7b", sets=["model.hidden=4095"])
+
+
+def test_megatron_heads_that_do_not_divide_the_hidden_size_name_kv_channels():
+    args = ("--num-layers 4 --hidden-size 2048 --num-attention-heads 15 --seq-length 1024 "
+            "--micro-batch-size 1 --vocab-size 50257 ")
+    for extra in ("", "--overlap-grad-reduce"):
+        with pytest.raises(SpecError, match="not divisible by it \\(give --kv-channels") as info:
+            megatron_config(args + extra, gpus=8)
+        assert (info.value.key, info.value.value) == ("--num-attention-heads", 15)
+    assert megatron_config(args + "--kv-channels 128", gpus=8).config["model"]["head_dim"] == 128

@@ -97,7 +97,8 @@ def _layout_gpus(raw: dict[str, Any]) -> int | None:
     if not isinstance(p, dict) or "dp" not in p:
         return None
     values = [p.get(k, 1) for k in ("dp", "tp", "pp")]
-    return values[0] * values[1] * values[2] if all(isinstance(v, int) for v in values) else None
+    valid = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+    return values[0] * values[1] * values[2] if valid else None  # else validation says why
 
 
 def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],

@@ -213,6 +213,10 @@ def _shape(a: _Args, notes: list[str]) -> dict[str, Any]:
     hidden = a.required("hidden-size", "the hidden size")
     heads = a.required("num-attention-heads", "the number of attention heads")
     head_dim = a.int("kv-channels")  # Megatron-LM's name for the width of one head
+    if head_dim is None and hidden % heads:
+        raise SpecError(f"--hidden-size {hidden} is not divisible by it (give --kv-channels, "
+                        f"the width of one head, when heads · head width differs from the "
+                        f"hidden size)", file=a.label, key="--num-attention-heads", value=heads)
     seq_len = a.int("seq-length", "encoder-seq-length")
     if seq_len is None:
         raise SpecError("missing: the sequence length", file=a.label, key="--seq-length")
@@ -556,7 +560,8 @@ def _bucket_mb(a: _Args, model: dict[str, Any], dp: int, overlap: bool, label: s
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or None
-        raise SpecError(err["msg"], file=label, key=f"model.{key}" if key else None) from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise SpecError(msg, file=label, key=f"model.{key}" if key else None) from None
     return float(math.ceil(2.0 * params / 2**20))
 
 

@@ -80,9 +80,12 @@ def op_times(cluster_device: str, dtype: str, ops: Any) -> tuple[Device, Rooflin
     if ops.mode != "data":
         device = find_device(name)
         if device is None:
-            from opatlas.devices import get_device
+            from opatlas.devices import DEVICES
 
-            get_device(name)  # the unknown-device error, naming the catalog
+            raise OpatlasError(f"cluster.device {cluster_device!r} is not in the device "
+                               f"catalog, which the roofline (ops.mode {ops.mode}) needs; "
+                               f"known: {', '.join(DEVICES)} (in ops.mode data a device is "
+                               f"also described by its own samples)")
         return device, RooflineTimes(device, dtype, ops.compute_efficiency,
                                      ops.memory_efficiency)
     from opatlas.predict import Predictor
