@@ -438,3 +438,11 @@ def test_a_negative_degree_is_refused_without_a_note_on_negative_gpus(capsys):
     code, _, err = cli_in_process(capsys, "estimate", "llama2-7b", "--set", "parallel.tp=-2")
     one_error(code, err, "key 'parallel.tp', value -2", "greater than 0")
     assert "GPU count" not in err
+
+
+def test_a_sweep_spec_given_as_a_training_config_is_named_as_such(capsys):
+    for spec in ("examples/specs/linear.yml", "tests/data/ett_linear1.yml"):
+        path = str(REPO / spec)
+        for cmd in ("estimate", "analyze"):
+            one_error(*cli_in_process(capsys, cmd, path)[::2], f"In file {path}",
+                      "this is a sweep spec (what `opatlas run` measures)")

@@ -506,3 +506,13 @@ def test_megatron_heads_that_do_not_divide_the_hidden_size_name_kv_channels():
             megatron_config(args + extra, gpus=8)
         assert (info.value.key, info.value.value) == ("--num-attention-heads", 15)
     assert megatron_config(args + "--kv-channels 128", gpus=8).config["model"]["head_dim"] == 128
+
+
+def test_megatron_train_iters_and_train_samples_together_are_refused():
+    base = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+            "--micro-batch-size 1 --vocab-size 50257 ")
+    assert megatron_config(base + "--train-samples 5000 --global-batch-size 8",
+                           gpus=8).steps == 625
+    with pytest.raises(SpecError, match="not both") as info:
+        megatron_config(base + "--train-iters 1000 --train-samples 5000", gpus=8)
+    assert info.value.key == "--train-samples"

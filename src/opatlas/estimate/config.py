@@ -332,6 +332,11 @@ def read_config(path: str | Path, notes: list[str] | None = None,
                         file=str(path)) from None
     if not isinstance(data, dict):
         raise SpecError("a config must be a YAML mapping", file=str(path))
+    if "model" not in data and ("op" in data or "module_name" in data):
+        raise SpecError("this is a sweep spec (what `opatlas run` measures), not a training "
+                        "config: give a config with model, training, parallel and cluster "
+                        "sections, a Hugging Face config.json or a bundled example",
+                        file=str(path))
     if "training_config" in data:
         try:
             data = from_ett({**data, "name": path.stem, "file": str(path)}, path.parent, notes,

@@ -568,6 +568,9 @@ def _bucket_mb(a: _Args, model: dict[str, Any], dp: int, overlap: bool, label: s
 def _steps(a: _Args, global_batch: int) -> int | None:
     iters = a.int("train-iters")
     samples = a.int("train-samples")
+    if iters is not None and samples is not None:  # Megatron-LM asserts one or the other
+        raise SpecError("give --train-iters or --train-samples, not both (Megatron-LM refuses "
+                        "both)", file=a.label, key="--train-samples", value=samples)
     if iters is not None:
         return iters
     return math.ceil(samples / global_batch) if samples is not None else None
