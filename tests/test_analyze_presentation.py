@@ -143,6 +143,9 @@ def test_measured_step_time_is_the_rows_sum_and_the_prediction_is_beside_it(tmp_
     assert items["step time (measured where stored)"] == fmt_seconds(a.rows["time_s"].sum())
     assert items["predicted step time"] == fmt_seconds(est.step_time_s)
     assert a.rows["time_s"].sum() != pytest.approx(est.step_time_s)
+    # --json's summary says the same: the step with the measurements, the prediction beside it
+    assert a.summary["step_time_s"] == pytest.approx(a.rows["time_s"].sum())
+    assert a.summary["predicted_step_time_s"] == pytest.approx(est.step_time_s)
 
 
 # ---------------------------------------------------------------- the piped table

@@ -192,11 +192,12 @@ def _group_util(stated: Any, sub: pd.DataFrame, summed: float) -> float:
 
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
                 "estimation_error_label", "word_bytes", "stage", "total_time_s",
-                "total_time_label", "predicted_step_time_s", "group_times_s", "group_util"}
+                "total_time_label", "group_times_s", "group_util"}
 
 # readable labels (with the unit where the value shows none) of the sources' summary keys
 SUMMARY_LABELS = {
-    "step_time_s": "predicted step time", "samples_per_s": "samples/s",
+    "step_time_s": "step time", "predicted_step_time_s": "predicted step time",
+    "samples_per_s": "samples/s",
     "peak_flops_s": "peak compute", "peak_bytes_s": "peak bandwidth",
     "onchip_bytes": "on-chip buffer", "memory_gib": "memory per GPU (GiB)",
     "fits": "fits in memory", "stages": "pipeline stages", "measurements": "measurements",

@@ -251,9 +251,9 @@ def _summary(est: Any, peaks: Peaks, rows: pd.DataFrame, total: float) -> dict[s
         hit = rows["measured_time_s"].notna()
         pred, meas = rows.loc[hit, "predicted_time_s"].sum(), rows.loc[hit, "measured_time_s"].sum()
         out["estimation_error"] = float((pred - meas) / meas)
-        out["predicted_step_time_s"] = est.step_time_s
+        out["step_time_s"], out["predicted_step_time_s"] = total, est.step_time_s
         # the rows (and the first card) add up to the step with the measured times; the
-        # estimator's step stays beside it as "predicted step time" (step_time_s)
+        # estimator's step stays beside it as "predicted step time"
         out["total_time_label"] = "step time (measured where stored)"
     out["timeline"] = _timeline(est)
     return out
