@@ -294,3 +294,15 @@ def test_a_bad_selection_fails_before_anything_is_expanded():
         VectorStream(spec, parts=2, part=3)
     with pytest.raises(ExpressionError, match="dim >"):
         VectorStream(spec, where="dim >")
+
+
+def test_powers_in_expressions_are_computed_and_a_huge_one_refused_at_once():
+    import pytest
+
+    from opatlas.expressions import Expression, ExpressionError
+
+    assert Expression.parse("dim ** 2 == 4096 and 2 ** -1 == 0.5")({"dim": 64}) is True
+    assert Expression.parse("1 ** 10000000 == 1")({}) is True
+    # refused before the power is taken (it would run for minutes)
+    with pytest.raises(ExpressionError, match=r"4096 \*\* 10000000 is too large"):
+        Expression.parse("dim ** 10000000 > 1")({"dim": 4096})

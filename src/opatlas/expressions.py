@@ -36,6 +36,27 @@ _FUNCTIONS: dict[str, Any] = {
 }
 
 
+MAX_EXPONENT = 1024  # beyond it a power of an integer takes minutes and means nothing here
+
+
+def _pow(base: Any, exponent: Any) -> Any:
+    if abs(exponent) > MAX_EXPONENT and abs(base) > 1:
+        raise ExpressionError(f"the power {base} ** {exponent} is too large (exponents up to "
+                              f"{MAX_EXPONENT})")
+    return base ** exponent
+
+
+class _GuardedPow(ast.NodeTransformer):
+    """``a ** b`` becomes ``__pow(a, b)``: a huge power would run for minutes."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Pow):
+            return ast.Call(func=ast.Name(id="__pow", ctx=ast.Load()),
+                            args=[node.left, node.right], keywords=[])
+        return node
+
+
 class ExpressionError(OpatlasError, ValueError):
     """An expression that cannot be parsed or uses something that is not allowed (a
     ValueError too, so that a spec's validators report it as a bad value)."""
@@ -73,6 +94,7 @@ class Expression:
                     raise ExpressionError(f"expression {source!r}: keyword arguments not allowed")
             elif isinstance(node, ast.Name) and node.id not in _FUNCTIONS:
                 names.add(node.id)
+        tree = ast.fix_missing_locations(_GuardedPow().visit(tree))
         code = compile(tree, "<expression>", "eval")
         return cls(source=source.strip(), names=frozenset(names), _code=code)
 
@@ -85,6 +107,7 @@ class Expression:
             )
         scope = dict(_FUNCTIONS)
         scope.update(params)
+        scope["__pow"] = _pow
         try:
             return eval(self._code, {"__builtins__": {}}, scope)
         except ZeroDivisionError:
