@@ -306,3 +306,16 @@ def test_powers_in_expressions_are_computed_and_a_huge_one_refused_at_once():
     # refused before the power is taken (it would run for minutes)
     with pytest.raises(ExpressionError, match=r"4096 \*\* 10000000 is too large"):
         Expression.parse("dim ** 10000000 > 1")({"dim": 4096})
+
+
+def test_a_where_that_divides_by_zero_says_how_many_points_it_could_not_judge():
+    from opatlas.expressions import Expression
+    from opatlas.sweep import expand
+
+    spec = spec_from_mapping({"name": "z", "op": "linear", "params": {
+        "role": ["qkv"], "mp": [1, 2, 4], "b": [1], "l": [128], "dim": [512, 1024]}})
+    out = expand(spec, where="dim / (mp - 1) > 300")
+    assert sorted((v.params["mp"], v.params["dim"]) for v in out.vectors) == \
+        [(2, 512), (2, 1024), (4, 1024)]  # 1024/3 > 300, 512/3 is not
+    assert out.invalid == {"--where 'dim / (mp - 1) > 300' divides by zero": 2}  # mp = 1
+    assert Expression.parse("1 / x > 0")({"x": 0}) is False  # constraints: still just false

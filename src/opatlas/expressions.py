@@ -98,7 +98,8 @@ class Expression:
         code = compile(tree, "<expression>", "eval")
         return cls(source=source.strip(), names=frozenset(names), _code=code)
 
-    def __call__(self, params: Mapping[str, Any]) -> Any:
+    def __call__(self, params: Mapping[str, Any], on_zero: Any = False) -> Any:
+        """The expression's value for ``params``; ``on_zero`` where it divides by zero."""
         missing = self.names.difference(params)
         if missing:
             raise ExpressionError(
@@ -111,6 +112,6 @@ class Expression:
         try:
             return eval(self._code, {"__builtins__": {}}, scope)
         except ZeroDivisionError:
-            return False
+            return on_zero
         except (TypeError, IndexError, KeyError) as exc:
             raise ExpressionError(f"expression {self.source!r}: {exc}") from None

@@ -260,8 +260,12 @@ def _judged(stream: VectorStream) -> Iterator[tuple[int, dict[str, Any], str | N
     for i, raw in enumerate(grid(stream.spec)):
         if not in_part(i, stream.parts, stream.part):
             continue
-        if stream.select is not None and not stream.select(raw):
-            continue
+        if stream.select is not None:
+            chosen = stream.select(raw, on_zero=None)
+            if chosen is None:  # not selected, and said: the user may not have meant it
+                stream.invalid[f"--where {stream.select.source!r} divides by zero"] += 1
+            if not chosen:
+                continue
         yield i, raw, _invalid_reason(op, fixed, raw, constraints)
 
 
