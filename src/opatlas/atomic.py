@@ -22,11 +22,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     followed (its target is replaced, the link stays); a FIFO or a device such as
     /dev/stdout is written in place, since it cannot be replaced."""
     path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        yield path  # through any link: /dev/stdout's target may be a pipe with no path
+        return
     if path.is_symlink():
         path = Path(os.path.realpath(path))
-    if path.exists() and not path.is_file() and not path.is_dir():
-        yield path
-        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)

@@ -26,3 +26,8 @@ def print_wide(*renderables: Any, file: IO[str] | None = None) -> None:
                                                 *(natural_width(r) for r in renderables)]))
     for r in renderables:
         console.print(r)
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and the noun, singular for one: "1 vector", "192 vectors"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

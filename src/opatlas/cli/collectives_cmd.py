@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from opatlas.errors import OpatlasError
+
+if TYPE_CHECKING:
+    from opatlas.store import Store
 
 BACKENDS = ("gloo", "nccl")
 
@@ -35,6 +40,28 @@ def _check_launch(backend: str, dtype: str, nproc: int) -> None:
                            f"{gpus} GPU(s) are visible")
 
 
+def _sizes(sizes: str) -> list[int]:
+    """``--sizes``: at least one integer, comma-separated."""
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise OpatlasError(f"--sizes {sizes!r}: expected comma-separated integers") from None
+    if not size_list:
+        raise OpatlasError(f"--sizes {sizes!r}: no size given; expected comma-separated "
+                           f"integers (total elements), e.g. --sizes 1024,1048576")
+    return size_list
+
+
+def _store(path: Path | None) -> AbstractContextManager[Store | None]:
+    """The ``--store`` to record into, opened (and checked) as ``opatlas run`` opens its
+    store; nothing without one."""
+    if path is None:
+        return nullcontext()
+    from opatlas.store.writing import store_for_writing
+
+    return store_for_writing(path)
+
+
 def collectives(
     op: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | all_to_all | "
                                        "send_recv"),
@@ -56,20 +83,16 @@ def collectives(
 
         opatlas collectives all_gather --nproc 8 --backend nccl --dtype bf16 --link-peak-gbps 450
     """
-    try:
-        size_list = [int(s) for s in sizes.split(",") if s.strip()]
-    except ValueError:
-        raise OpatlasError(f"--sizes {sizes!r}: expected comma-separated integers") from None
+    size_list = _sizes(sizes)
     _check_launch(backend, dtype, nproc)
     from opatlas.ops.collectives import record, run_collective
 
-    df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype, repeats=repeats,
-                        link_peak_gbps=link_peak_gbps)
-    if store is not None:
-        from opatlas.backends.cpu import cpu_model_name
-        from opatlas.store import Store
+    with _store(store) as st:  # a bad store fails here, before anything is measured
+        df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype,
+                            repeats=repeats, link_peak_gbps=link_peak_gbps)
+        if st is not None:
+            from opatlas.backends.cpu import cpu_model_name
 
-        with Store(store) as st:
             record(st, df, cpu_model_name() if backend == "gloo" else backend)
     if as_json:
         typer.echo(json.dumps(df.drop(columns=["samples_ns"]).to_dict("records")))

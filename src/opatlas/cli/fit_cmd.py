@@ -18,8 +18,11 @@ def fit(
     op: list[str] | None = typer.Option(None, "--op", help="Only these ops (repeatable)."),
     split: str = typer.Option("random", "--split",
                               help="random[:FRAC] | kfold:K | extrapolate:COL:FRAC | group:COL"),
-    out: Path | None = typer.Option(None, "--out", help="A .csv: write the metrics (reshard: the "
-                                                        "models). A folder: save fitted models."),
+    out: Path | None = typer.Option(None, "--out", help="A .csv, .csv.gz or .parquet file: "
+                                                        "write the metrics. A folder (a name "
+                                                        "without an extension): save the fitted "
+                                                        "models. reshard: a .csv (or a name "
+                                                        "without an extension) for the models."),
     shards: int = typer.Option(1, "--shards", min=1, help="reshard: split the CSV into N files."),
     group_by: list[str] | None = typer.Option(
         None, "--group-by", help="reshard: group columns (repeatable; default in_grid, out_grid, "
@@ -51,6 +54,7 @@ def fit(
     from opatlas.console import print_wide
     from opatlas.fit.data import load_op_data
 
+    _check_fit_out(out, recipe)
     if recipe == "reshard":
         _fit_reshard(data, out, shards, as_json, split, group_by or None, size_col, time_col)
         return
@@ -70,8 +74,10 @@ def fit(
         from opatlas.tables import write_table
 
         write_table(pd.DataFrame(rows), out, "--out")
+        typer.echo(f"wrote the metrics of {len(rows)} (op, pass) pairs to {out}",
+                   err=as_json)
     elif out is not None:
-        _save_models(frame, data, recipe, out, {(r["op"], r["pass"]) for r in rows})
+        _save_models(frame, data, recipe, out, {(r["op"], r["pass"]) for r in rows}, as_json)
     if as_json:
         typer.echo(json.dumps(rows))
         return
@@ -96,7 +102,26 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
 
 
-def _save_models(frame, data: str, recipe: str, out: Path, keys: set) -> None:
+def _check_fit_out(out: Path | None, recipe: str) -> None:
+    """``--out`` as its help says, refused before any fitting: a table of metrics (.csv,
+    .csv.gz, .parquet; reshard: a .csv of models) or a folder, never a folder named mm.json."""
+    if out is None:
+        return
+    if recipe == "reshard":
+        ok = out.name.lower().endswith(".csv") or not out.suffix
+        kinds = ".csv file for the models (or a name without an extension)"
+    else:
+        ok = out.name.lower().endswith(TABLE_SUFFIXES) or out.is_dir() or \
+            (not out.suffix and not out.exists())
+        kinds = (f"{', '.join(TABLE_SUFFIXES)} file for the metrics, or a folder (a name "
+                 f"without an extension) for the models")
+    if ok:
+        return
+    what = f"unknown extension {out.suffix!r}" if out.suffix else "is a file, not a folder"
+    raise OpatlasError(f"--out {out}: {what}; fit --recipe {recipe} writes a {kinds}")
+
+
+def _save_models(frame, data: str, recipe: str, out: Path, keys: set, quiet: bool) -> None:
     """Fit on all rows and save each model in ``out`` (a model registry folder)."""
     from opatlas.predict import Predictor
 
@@ -106,31 +131,25 @@ def _save_models(frame, data: str, recipe: str, out: Path, keys: set) -> None:
             ).itertuples(index=False):
         if (op, pass_) in keys:
             pred.model(op, pass_, device, dtype)
-    typer.echo(f"saved {len(keys)} models under {out}")
+    typer.echo(f"saved {len(keys)} models under {out}", err=quiet)
 
 
 def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split: str,
                  group_by: list[str] | None, size_col: str, time_col: str | None) -> None:
     """Per-group linear models (the seed's fit_models.py) with in-sample and held-out metrics."""
-    import pandas as pd
 
     from opatlas.fit.linear import RESHARD_GROUPS, fit_linear_groups, heldout_linear_groups, write_models_csv
-    from opatlas.store import Store
 
     path = Path(data)
-    if path.suffix == ".csv":
-        df = pd.read_csv(path)
-    else:
-        from opatlas.tenstorrent.fit import reshard_frame_from_store
-
-        with Store(path, read_only=True) as st:
-            df = reshard_frame_from_store(st)
+    df = _reshard_data(path)
     groups = list(group_by or RESHARD_GROUPS)
     ycol = time_col or ("y" if "y" in df else "duration_ns")
     missing = [c for c in (*groups, size_col, ycol) if c not in df.columns]
     if missing:
         raise OpatlasError(f"--recipe reshard: {path} has no column(s) {missing}; it has "
                            f"{sorted(df.columns)[:16]} (set --group-by, --size, --time)")
+    if df.empty:
+        raise OpatlasError(f"--recipe reshard: {path} has no rows to fit")
     models = fit_linear_groups(df, groups, size_col, ycol)
     held = heldout_linear_groups(df, groups, size_col, ycol, split)
     both = models.merge(held, on=groups, how="left")
@@ -150,6 +169,26 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
                f"{int((held['heldout_points'] > 0).sum())} groups with ≥ 3 sizes) median r² "
                f"{_median(held['heldout_r^2'], 'no group holds out 2 sizes')}, RMSRE "
                f"{_median(held['heldout_RMSRE'], 'no group holds out a size')}")
+
+
+def _reshard_data(path: Path):
+    """The fitting frame of a CSV, or of a store's ok reshard results: a store without any is
+    refused, naming the ops it holds (a CSV's missing columns are named by the caller)."""
+    import pandas as pd
+
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    from opatlas.store import Store
+    from opatlas.tenstorrent.fit import reshard_frame_from_store
+
+    with Store(path, read_only=True) as st:
+        df = reshard_frame_from_store(st)
+        ops = st.ops()
+    if df.empty:
+        raise OpatlasError(f"--recipe reshard: the store {path} holds no ok reshard results "
+                           f"(it holds ops: {', '.join(ops) or 'none'}); the reshard recipe "
+                           f"fits the 'reshard' op's results")
+    return df
 
 
 def _median(values, why_none: str) -> str:
@@ -177,10 +216,15 @@ def predict(
     """
     from opatlas.fit.recipes import RECIPES
     from opatlas.predict import Predictor, check_valid, parse_shape
+    from opatlas.predict.predictor import default_linear_role
 
     if recipe not in RECIPES:
         raise OpatlasError(f"--recipe {recipe!r}: one of {', '.join(RECIPES)}")
     params = parse_shape(op, shape)
+    if op == "linear" and "role" not in params:
+        params["role"] = default_linear_role()
+        typer.echo(f"opatlas: note: linear: no role given; using its default role="
+                   f"{params['role']} (opatlas ops; --shape role=... picks another)", err=True)
     pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data, strict=strict)
     pred.check_device()
     # once, outside the passes: a bad linear role is an error of its own, not "no data"

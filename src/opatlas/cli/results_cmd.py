@@ -19,7 +19,10 @@ def results(
     fmt: str | None = typer.Option(
         None, "--format", help="table | csv | json | parquet | ett (upstream CSVs, needs --out "
                                "DIR); default: from --out's extension, else table"),
-    out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write to this file instead of stdout: .csv, .json, .parquet or .pq "
+                            "(the format follows), .txt or no extension (a text table), or "
+                            "'-' (stdout)."),
     op: str | None = typer.Option(None, "--op", help="Only this op."),
     status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
     limit: int = typer.Option(50, "--limit", min=0, help="Rows shown by --format table (0: all)."),
@@ -71,15 +74,21 @@ def results(
         from opatlas.atomic import write_output
 
         write_output(out, lambda tmp: df.to_parquet(tmp, index=False))
-        typer.echo(f"wrote {len(df)} rows to {out}")
+        _wrote(f"wrote {len(df)} rows to {out}", out)
 
 
 BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+TEXT_SUFFIXES = ("", ".txt")  # --out's names for the text table, the format when none is given
 
 
 def _format(fmt: str | None, out: Path | None) -> str:
     """--format as given, or from --out's extension; a data format must match its file's."""
     implied = BY_SUFFIX.get(out.suffix.lower()) if out is not None else None
+    if fmt is None and out is not None and implied is None and \
+            out.suffix.lower() not in TEXT_SUFFIXES:
+        raise OpatlasError(f"--out {out}: unknown extension {out.suffix!r}; --out takes "
+                           f"{', '.join(BY_SUFFIX)} (the format follows), .txt or no "
+                           f"extension (a text table), or give --format")
     if fmt is None:
         fmt = implied or "table"
     if fmt not in FORMATS:
@@ -99,7 +108,14 @@ def _emit(text: str, out: Path | None) -> None:
         from opatlas.atomic import write_output
 
         write_output(out, lambda tmp: tmp.write_text(text))
-        typer.echo(f"wrote {out}")
+        _wrote(f"wrote {out}", out)
+
+
+def _wrote(message: str, out: Path) -> None:
+    """Say what was written: on stderr when ``out`` is a stream (``-``, /dev/stdout, a pipe),
+    whose reader must get the data alone."""
+    stream = str(out) == "-" or (out.exists() and not out.is_file())
+    typer.echo(message, err=stream)
 
 
 def _print_table(df, limit: int, out: Path | None, total: int) -> None:
@@ -131,6 +147,7 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
             Console(file=fh).print(table)
 
     write_output(out, write)
+    _wrote(f"wrote a table of {len(shown)} rows to {out}", out)
 
 
 @import_app.command("results")

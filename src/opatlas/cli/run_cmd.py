@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, StoreOpt, WhereOpt, load
+from opatlas.console import counted
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
@@ -127,8 +128,8 @@ def run(
                    + ("; run the same command again to resume" if recorded else ""), err=True)
         raise typer.Exit(130) from None
     stats = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "nothing to run"
-    vectors = "vector" if summary.total == 1 else "vectors"
-    typer.echo(f"{s.name}: {summary.total} {vectors}; {summary.skipped} already in the store; "
+    typer.echo(f"{s.name}: {counted(summary.total, 'vector')}; {summary.skipped} already in "
+               f"the store; "
                f"ran {summary.ran} ({stats}) in {summary.elapsed_s:.1f} s "
                f"({summary.rate:.1f} vec/s)")
     for line in node_lines(summary):

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, WhereOpt, load
+from opatlas.console import counted
 from opatlas.errors import OpatlasError
 
 app = typer.Typer(help="Expand sweep specs into op vectors.", no_args_is_help=True)
@@ -44,11 +45,12 @@ def expand_cmd(
         typer.echo(json.dumps(result.summary()))
         return
     summary = result.summary()
-    typer.echo(f"{s.name} ({s.op}): {summary['total']} vectors, {summary['valid']} valid")
+    typer.echo(f"{s.name} ({s.op}): {counted(summary['total'], 'vector')}, "
+               f"{summary['valid']} valid")
     for reason, n in summary["invalid"].items():
         typer.echo(f"  {n:>10}  {reason}")
     if out is not None:
-        typer.echo(f"wrote {len(result.vectors)} vectors to {out}")
+        typer.echo(f"wrote {counted(len(result.vectors), 'vector')} to {out}")
 
 
 def _write_vectors(vectors: list, out: Path) -> None:
@@ -79,9 +81,10 @@ def export_tt_cmd(
     """
     from opatlas.run.progress import Progress
     from opatlas.sweep import expand
-    from opatlas.tenstorrent.ttjson import export_tt
+    from opatlas.tenstorrent.ttjson import check_reshard, export_tt
 
     s = load(spec, None)
+    check_reshard(s.op)
     vectors = expand(s, where=where).vectors
     typer.echo(f"writing {len(vectors):,} vectors under {outdir} (--where picks fewer)",
                err=True)

@@ -88,9 +88,36 @@ def load_ops_module(path: str | Path) -> None:
             raise OpatlasError(f"--ops-module {path}: cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[mod_name]  # a fixed file is imported again, not taken as loaded
+            raise _import_error(str(path), exc) from None
     else:
-        importlib.import_module(str(path))
+        try:
+            importlib.import_module(str(path))
+        except ModuleNotFoundError as exc:
+            if exc.name and (str(path) == exc.name or str(path).startswith(f"{exc.name}.")):
+                raise OpatlasError(f"--ops-module {path}: no such module (nor a file of that "
+                                   f"name); give a .py file or an importable module") from None
+            raise _import_error(str(path), exc) from None
+        except Exception as exc:
+            raise _import_error(str(path), exc) from None
+
+
+def _import_error(path: str, exc: Exception) -> OpatlasError:
+    """Why importing the user's module ``path`` failed, and where (file and line)."""
+    import traceback
+
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename}, line {exc.lineno}"
+        return OpatlasError(f"--ops-module {path}: syntax error in {where}: {exc.msg}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename]
+    where = f" (at {user[-1].filename}, line {user[-1].lineno})" if user else ""
+    first = next(iter(str(exc).splitlines()), "")  # one line, whatever the module raised
+    return OpatlasError(f"--ops-module {path}: importing it failed{where}: "
+                        f"{type(exc).__name__}: {first}")
 
 
 def resolved_params(op_name: str, params: Mapping[str, Any]) -> tuple[Op, dict[str, Any]]:

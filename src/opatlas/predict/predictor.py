@@ -113,7 +113,14 @@ class Predictor:
     def resolve_op(self, op: str, shapes: Columns) -> tuple[str, Columns]:
         if op in self.op_names:
             return op, shapes
-        if op == "linear" and "role" in shapes:
+        if op == "linear" and "role" not in shapes:
+            role = default_linear_role()
+            if ("linear", "role") not in self._said:
+                self._said.add(("linear", "role"))
+                warnings.warn(f"linear: no role given; predicting its default role {role!r}",
+                              UserWarning, stacklevel=3)
+            shapes = {**shapes, "role": [role] * n_rows(shapes)}
+        if op == "linear":
             roles = set(shapes["role"])
             if len(roles) != 1:
                 raise OpatlasError("predict one linear role at a time")
@@ -242,6 +249,13 @@ def _unmeasured(categories: Mapping[str, Sequence[str]], table: Columns) -> list
     return out
 
 
+def default_linear_role() -> str:
+    """The role the catalog's ``linear`` takes when none is given (``opatlas ops``)."""
+    from opatlas.ops.registry import get_op
+
+    return str(get_op("linear")[0].defaults["role"])
+
+
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     """``["mp=2", "b=4", ...]`` -> a shape: numbers (≥ 0, finite) for every parameter except
     the catalog's named ones (``role``, ``stage``, ...); each problem is one clear error."""
@@ -250,10 +264,14 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
 
     try:
         cat, fixed = get_op(ETT_NAMES.get(op, op))
-        named = {k for k, v in {**cat.defaults, **fixed}.items() if isinstance(v, str)}
+        known = {**cat.defaults, **fixed}
     except OpatlasError:
-        named = set()
-    named |= {"role", "dtype"}
+        known = {}
+    named = {k for k, v in known.items() if isinstance(v, str)} | {"role", "dtype"}
+    # whole numbers: sizes and splits, and what the catalog declares with an int default
+    # (a float default such as dropout's p=0.1 keeps its parameter fractional)
+    whole = SIZE_PARAMS | {k for k, v in known.items()
+                           if isinstance(v, int) and not isinstance(v, bool)}
     params: dict[str, Any] = {}
     for item in items:
         k, sep, v = (x.strip() for x in item.partition("="))
@@ -270,6 +288,8 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
             raise OpatlasError(f"--shape {item!r}: {k} must be a finite number >= 0")
         if num == 0 and k in SIZE_PARAMS:  # no work, or a division by zero
             raise OpatlasError(f"--shape {item!r}: {k} is a size or a split, it must be > 0")
+        if k in whole and not num.is_integer():  # the op would truncate it, unsaid
+            raise OpatlasError(f"--shape {item!r}: {k} takes a whole number, not {v}")
         params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
     return params
 

@@ -44,6 +44,9 @@ def load_spec(path: str | Path) -> SweepSpec:
         text = path.read_text()
     except OSError as exc:
         raise SpecError(f"cannot read the file: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise SpecError("not a text (YAML) file: it is not valid UTF-8 (a binary file such "
+                        "as a store or a parquet table?)", file=str(path)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -152,6 +155,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
                         f"does not give", file=file, key="params", value=sorted(provided))
     _check_sizes(spec, file)
     _check_dtypes(spec, file)
+    _check_duplicates(spec, file)
     unused = sorted(set(spec.param_names()) - set(op.params) - set(op.defaults) - {"dtype"})
     if unused and not op.accepts_extra:
         import warnings
@@ -194,3 +198,18 @@ def _check_sizes(spec: SweepSpec, file: str) -> None:
                     raise SpecError("a size or split must be a whole number >= 1 (check the "
                                     "range's start and step)", file=file,
                                     key=f"params.{key}", value=v)
+
+
+def _check_duplicates(spec: SweepSpec, file: str) -> None:
+    """A value listed twice on an axis would expand into the same vectors twice (the same id,
+    counted twice by ``sweep expand`` and ``run``, stored once): refused, naming it."""
+    import json
+
+    for key, values in spec.axes():
+        seen: set[str] = set()
+        for value in values:
+            canon = json.dumps(value, sort_keys=True, default=str)
+            if canon in seen:
+                raise SpecError("this value is listed more than once; list each value once",
+                                file=file, key=f"params.{key}", value=value)
+            seen.add(canon)

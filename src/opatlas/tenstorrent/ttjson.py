@@ -23,6 +23,7 @@ from opatlas.store import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
 
 SWEEP_NAME = "data_movement.reshard.reshard"
+EXPORT_OP = "reshard"
 STATUS = {"TestStatus.PASS": "ok", "TestStatus.FAIL_L1_OUT_OF_MEM": "oom",
           "TestStatus.FAIL_CRASH_HANG": "timeout", "TestStatus.FAIL_ASSERT_EXCEPTION": "error",
           "TestStatus.FAIL_WATCHER": "error", "TestStatus.NOT_RUN": "invalid",
@@ -69,10 +70,23 @@ def input_hash(serialized: dict[str, str]) -> str:
     return hashlib.sha224(str(serialized).encode()).hexdigest()
 
 
+def check_reshard(op: str) -> None:
+    """Only ``reshard`` vectors have tt-metal's reshard sweep layout: anything else is refused
+    before a file is written."""
+    from opatlas.ops import get_op
+
+    if get_op(op)[0].name != EXPORT_OP:
+        raise OpatlasError(f"export-tt writes tt-metal's reshard sweep vectors: it needs a "
+                           f"{EXPORT_OP} spec (e.g. the built-in '{EXPORT_OP}'), and this "
+                           f"spec's op is '{op}'")
+
+
 def export_tt(vectors: list, outdir: str | Path,
               on_file: Callable[[int], object] | None = None) -> list[Path]:
     """Write the seed's ``vectors_export`` layout; returns the files written. ``on_file``
     hears how many vectors each file written held (for progress)."""
+    for op in sorted({v.op for v in vectors}):
+        check_reshard(op)
     outdir = Path(outdir)
     files: dict[Path, dict[str, dict[str, Any]]] = {}
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
