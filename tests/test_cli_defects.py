@@ -208,3 +208,11 @@ def test_one_vector_is_said_in_the_singular(capsys, tmp_path):
                                     "role == 'qkv'", "--out", str(tmp_path / "v.json"))
     assert code == 0 and "linear (linear): 1 vector, 1 valid" in out, err
     assert f"wrote 1 vector to {tmp_path / 'v.json'}" in out
+
+
+def test_a_negative_size_and_link_peak_are_refused_with_the_true_bound(capsys):
+    args = ["--shape", "b=1", "--shape", "l=128", "--shape", "dim=64"]
+    one_error(*cli_in_process(capsys, "predict", "linear", "--shape", "mp=-2", *args)[::2],
+              "mp must be a finite number > 0 (a size or a split)")
+    one_error(*cli_in_process(capsys, "collectives", "all_reduce", "--link-peak-gbps",
+                              "-1")[::2], "--link-peak-gbps")

@@ -200,11 +200,16 @@ def _median(values, why_none: str) -> str:
 def predict(
     op: str = typer.Argument(..., help="Op name (catalog or estimate-train-time name)."),
     shape: list[str] = typer.Option(..., "--shape", help="k=v, repeatable, e.g. --shape mp=2."),
-    device: str = typer.Option("NVIDIAA100-SXM4-80GB", "--device"),
-    dtype: str = typer.Option("fp16", "--dtype"),
-    recipe: str = typer.Option("hybrid", "--recipe"),
-    data: str = typer.Option("bundled", "--data"),
-    as_json: bool = typer.Option(False, "--json"),
+    device: str = typer.Option("NVIDIAA100-SXM4-80GB", "--device",
+                               help="The device whose samples the model is fitted on (any "
+                                    "name of a catalog device, or a name the data holds)."),
+    dtype: str = typer.Option("fp16", "--dtype", help="fp16, bf16 or fp32: the samples' "
+                                                      "precision."),
+    recipe: str = typer.Option("hybrid", "--recipe", help="hybrid | gbm | ett: the model "
+                                                          "fitted (as for opatlas fit)."),
+    data: str = typer.Option("bundled", "--data", help="Samples: 'bundled' (A100), a results "
+                                                       "store, an ett folder or a CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON."),
     strict: bool = typer.Option(False, "--strict", help="Refuse a shape naming a value (a "
                                                         "linear's role ...) never measured."),
 ) -> None:

@@ -285,7 +285,8 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
         except ValueError:
             raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
         if not np.isfinite(num) or num < 0:
-            raise OpatlasError(f"--shape {item!r}: {k} must be a finite number >= 0")
+            least = "> 0 (a size or a split)" if k in SIZE_PARAMS else ">= 0"
+            raise OpatlasError(f"--shape {item!r}: {k} must be a finite number {least}")
         if num == 0 and k in SIZE_PARAMS:  # no work, or a division by zero
             raise OpatlasError(f"--shape {item!r}: {k} is a size or a split, it must be > 0")
         if k in whole and not num.is_integer():  # the op would truncate it, unsaid
