@@ -216,3 +216,22 @@ def test_a_negative_size_and_link_peak_are_refused_with_the_true_bound(capsys):
               "mp must be a finite number > 0 (a size or a split)")
     one_error(*cli_in_process(capsys, "collectives", "all_reduce", "--link-peak-gbps",
                               "-1")[::2], "--link-peak-gbps")
+
+
+def test_results_op_finds_rows_filed_under_an_estimate_train_time_name(capsys, tmp_path):
+    from opatlas.store import ResultRow, Store
+
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.add_results([ResultRow(f"v{i}", op, "{}", "fwd", "cpu", "X", "fp32", "ok",
+                                  repeats=1, median_ns=1.0)
+                        for i, op in enumerate(["flash_atten", "flash_atten", "linear1",
+                                                "linear2"])])
+    code, out, err = cli_in_process(capsys, "results", "--store", str(store), "--op",
+                                    "flash_attention", "--format", "csv")
+    assert code == 0 and "note: --op flash_attention: the store files it as 'flash_atten'" in err
+    assert out.count("flash_atten,") == 2
+    # linear is both linear1 and linear2 here: not guessed, the store's ops are listed
+    code, out, err = cli_in_process(capsys, "results", "--store", str(store), "--op", "linear")
+    assert code == 0 and "the store has no op 'linear'; it has flash_atten, linear1, linear2" \
+        in err

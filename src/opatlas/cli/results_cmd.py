@@ -58,6 +58,7 @@ def results(
         raise OpatlasError(f"--status {status!r}: a result's status is one of "
                            f"{', '.join(STATUSES)}")
     with Store(store, read_only=True) as st:
+        op = _as_stored(op, st.ops())
         total = st.count_results(op, status)
         df = st.results(op=op, status=status, limit=limit if fmt == "table" and limit else None)
         if total == 0 and op is not None and op not in (ops := st.ops()):
@@ -75,6 +76,26 @@ def results(
 
         write_output(out, lambda tmp: df.to_parquet(tmp, index=False))
         _wrote(f"wrote {len(df)} rows to {out}", out)
+
+
+def _as_stored(op: str | None, stored: list[str]) -> str | None:
+    """``--op`` as the store files it: a catalog op and an estimate-train-time name of it
+    (``flash_attention``, ``flash_atten``) are one op. Said when they differ."""
+    if op is None or op in stored:
+        return op
+    from opatlas.ops.registry import get_op
+
+    def catalog(name: str) -> str | None:
+        try:
+            return get_op(name)[0].name
+        except OpatlasError:
+            return None
+
+    same = [o for o in stored if catalog(o) is not None and catalog(o) == catalog(op)]
+    if len(same) != 1:  # none, or several (linear1..4 are all linear): the names say more
+        return op
+    typer.echo(f"note: --op {op}: the store files it as {same[0]!r}", err=True)
+    return same[0]
 
 
 BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
