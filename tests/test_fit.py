@@ -65,6 +65,12 @@ def test_extrapolation_split_never_leaks():
         assert set(df.iloc[tr]["dim"]).isdisjoint(df.iloc[te]["dim"])
     folds = list(iter_splits(df, "kfold:5"))
     assert sorted(np.concatenate([te for _, te in folds])) == list(range(91))
+    from opatlas.errors import OpatlasError
+
+    for split, said in (("group:dmi", "no column 'dmi'"), ("group:", "no column named")):
+        with pytest.raises(OpatlasError, match=f"{said}; group by columns the data has "
+                                               r"\(dim, x\)"):
+            list(iter_splits(df, split))
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,9 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
         cols = [c for c in rest.split(",") if c]
         missing = [c for c in cols if c not in df]
         if not cols or missing:
-            raise OpatlasError(f"split {spec!r}: name group column(s) present in the data")
+            what = f"no column {', '.join(map(repr, missing))}" if missing else "no column named"
+            raise OpatlasError(f"split {spec!r}: {what}; group by columns the data has "
+                               f"({', '.join(sorted(map(str, df.columns)))})")
         keys = df[cols].astype(str).agg("|".join, axis=1).to_numpy()
         for g in np.unique(keys):
             yield np.flatnonzero(keys != g), np.flatnonzero(keys == g)
