@@ -235,3 +235,16 @@ def test_results_op_finds_rows_filed_under_an_estimate_train_time_name(capsys, t
     code, out, err = cli_in_process(capsys, "results", "--store", str(store), "--op", "linear")
     assert code == 0 and "the store has no op 'linear'; it has flash_atten, linear1, linear2" \
         in err
+
+
+def test_a_constraint_or_suite_key_naming_no_parameter_names_its_key(capsys, tmp_path):
+    params = {"role": ["qkv"], "mp": [1], "b": [1], "l": [128], "dim": [512]}
+    for extra, key, said in (({"constraints": ["dimm > 3"]}, "constraints",
+                              "'dimm > 3' names unknown parameters ['dimm'] (the spec's are "
+                              "b, dim, dtype, l, mp, role)"),
+                             ({"suite_by": ["dimm"]}, "suite_by",
+                              "names 'dimm', which is not a parameter")):
+        spec = write_spec(tmp_path / f"{key}.yml", {"op": "linear", "params": params, **extra})
+        code, _, err = cli_in_process(capsys, "sweep", "expand", str(spec))
+        line = one_error(code, err, f"key '{key}'", said)
+        assert "'params'" not in line  # not the whole spec echoed as the value

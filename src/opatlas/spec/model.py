@@ -134,11 +134,14 @@ class SweepSpec(BaseModel):
         known = set(self.param_names()) | set(self.fixed) | {"dtype"}
         for key in self.suite_by:
             if key not in known:
-                raise ValueError(f"suite_by names {key!r}, which is not a parameter")
+                raise ParamError("suite_by", f"names {key!r}, which is not a parameter (the "
+                                             f"spec's are {', '.join(sorted(known))})")
         for e in self.constraints:
             unknown = Expression.parse(e).names - known
             if unknown:
-                raise ValueError(f"constraint {e!r} names unknown parameters {sorted(unknown)}")
+                raise ParamError("constraints", f"{e!r} names unknown parameters "
+                                                f"{sorted(unknown)} (the spec's are "
+                                                f"{', '.join(sorted(known))})")
         return self
 
     def axes(self) -> list[tuple[str, list[Any]]]:
