@@ -117,6 +117,8 @@ def test_model_hf_in_a_yaml_with_explicit_fields_winning(tmp_path):
      "multi-head latent attention"),
     ({"model_type": "bert"}, "model_type", "unsupported architecture"),
     ({"model_type": "llama", "hidden_size": None}, "hidden_size", "missing"),
+    ({"num_key_value_heads": 5}, "num_key_value_heads", "num_attention_heads 32 is not a "
+                                                        "multiple of it"),
 ])
 def test_unsupported_hf_configs_are_refused_naming_the_field(tmp_path, extra, key, message):
     base = json.loads((REPO / "src/opatlas/data/hf/llama-3.1-8b.json").read_text())

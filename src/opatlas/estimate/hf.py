@@ -242,6 +242,10 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     layers = r.int("num_hidden_layers")
     kv = r.int("num_key_value_heads", heads, "multi-head attention: one KV head per head") \
         if fam.gqa else heads
+    if heads % kv:
+        raise SpecError(f"num_attention_heads {heads} is not a multiple of it (each key/value "
+                        f"head serves a whole group of query heads)", file=file,
+                        key=r._name("num_key_value_heads"), value=kv)
     head_dim = _attention(r)
     if fam.moe is not None and fam.expert_ffn != "intermediate_size":
         ffn = r.int(fam.expert_ffn, why="the experts' FFN width")
