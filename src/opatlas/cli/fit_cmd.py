@@ -137,7 +137,6 @@ def _save_models(frame, data: str, recipe: str, out: Path, keys: set, quiet: boo
 def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split: str,
                  group_by: list[str] | None, size_col: str, time_col: str | None) -> None:
     """Per-group linear models (the seed's fit_models.py) with in-sample and held-out metrics."""
-
     from opatlas.fit.linear import RESHARD_GROUPS, fit_linear_groups, heldout_linear_groups, write_models_csv
 
     path = Path(data)
