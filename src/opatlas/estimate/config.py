@@ -247,8 +247,9 @@ def _ett_folder(data: dict[str, Any], key: str, config_dir: Path | None,
                 notes: list[str] | None, strict: bool) -> str:
     """An upstream data folder, absolute or relative to the config as upstream resolves it;
     'bundled' (the A100 samples, which upstream's Perlmutter folders are) when it is not
-    given or neither exists: said in ``notes``, an error under ``strict``. A device the
-    bundled data lacks is then an error that names what it holds."""
+    given, names upstream's Perlmutter folder, or is not there; the last is said in
+    ``notes`` and is an error under ``strict``. A device the bundled data lacks is then an
+    error that names what it holds."""
     value = data.get(key)
     for c in (Path(str(value)), *([config_dir / str(value)] if config_dir else [])):
         if value and c.is_dir():
