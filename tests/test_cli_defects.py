@@ -248,3 +248,26 @@ def test_a_constraint_or_suite_key_naming_no_parameter_names_its_key(capsys, tmp
         code, _, err = cli_in_process(capsys, "sweep", "expand", str(spec))
         line = one_error(code, err, f"key '{key}'", said)
         assert "'params'" not in line  # not the whole spec echoed as the value
+
+
+def _commands(cmd, path=("opatlas",)):
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_option_and_argument_of_every_command_has_help():
+    import typer
+
+    from opatlas.cli import _command
+
+    missing = [(" ".join(path), p.name) for path, cmd in _commands(_command())
+               for p in cmd.get_params(typer.Context(cmd)) if not getattr(p, "help", None)]
+    assert missing == []
+
+
+def test_a_flag_is_not_labelled_as_taking_a_value(capsys):
+    """Typer labels a flag ``<bool>`` as if it took one; a value-taking option keeps its label."""
+    code, out, _ = cli_in_process(capsys, "estimate", "--help")
+    assert code == 0 and "<bool>" not in out
+    assert "<path>" in out and "--json" in out

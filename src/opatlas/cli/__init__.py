@@ -74,6 +74,22 @@ def _abort() -> type[BaseException]:
     return Abort
 
 
+def _command() -> typer.core.TyperGroup:
+    """The click command of ``app``. Typer labels every option with its type, a flag too
+    (``--json <bool>``), which reads as if the flag took a value: flags get no label."""
+    cmd = typer.main.get_command(app)
+
+    def unlabel_flags(c) -> None:
+        for param in c.get_params(typer.Context(c)):
+            if getattr(param, "is_bool_flag", False):
+                param.metavar = ""
+        for sub in getattr(c, "commands", {}).values():
+            unlabel_flags(sub)
+
+    unlabel_flags(cmd)
+    return cmd
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: opatlas errors, usage errors and outputs that cannot be written become one
     line on stderr and exit code 2; warnings (fallbacks, unknown devices) one line each."""
@@ -83,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     cx, abort = _click_exceptions(), _abort()
     warnings.showwarning = _show_warning
     try:
-        code = app(args=argv, prog_name="opatlas", standalone_mode=False)
+        code = _command().main(args=argv, prog_name="opatlas", standalone_mode=False)
     except cx.NoArgsIsHelpError as exc:
         typer.echo(exc.format_message(), err=True)
         sys.exit(2)

@@ -96,8 +96,9 @@ def _print(f: Frontier) -> None:
 
 
 @app.command("gemm")
-def gemm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., min=1),
-             N: int = typer.Argument(..., min=1), word_bytes: int = WordOpt,
+def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
+             K: int = typer.Argument(..., min=1, help="Columns of A, rows of B."),
+             N: int = typer.Argument(..., min=1, help="Columns of B and C."), word_bytes: int = WordOpt,
              as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
              at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
@@ -116,10 +117,12 @@ def gemm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., m
 
 
 @app.command("gbmm")
-def gbmm_cmd(M: int = typer.Argument(..., min=1), K: int = typer.Argument(..., min=1),
-             N: int = typer.Argument(..., min=1),
-             heads: int = typer.Option(1, "--heads", "-H", min=1),
-             groups: int = typer.Option(1, "--groups", "-G", min=1),
+def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input."),
+             K: int = typer.Argument(..., min=1, help="The contracted size."),
+             N: int = typer.Argument(..., min=1, help="Columns of each group's weights."),
+             heads: int = typer.Option(1, "--heads", "-H", min=1, help="H: input heads."),
+             groups: int = typer.Option(1, "--groups", "-G", min=1,
+                                        help="G: weight groups; H must be a multiple."),
              word_bytes: int = WordOpt, as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
              at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
@@ -146,8 +149,14 @@ _CONV_OPTIONS = ("r", "s", "p", "q", "c", "k", "n", "wstride", "hstride", "wdila
                  "hdilation")
 
 
+_CONV_HELP = {"r": "Filter width (R).", "s": "Filter height (S).", "p": "Output width (P).",
+              "q": "Output height (Q).", "c": "Input channels (C).", "k": "Output channels (K).",
+              "n": "Batch (N).", "wstride": "Horizontal stride.", "hstride": "Vertical stride.",
+              "wdilation": "Horizontal dilation.", "hdilation": "Vertical dilation."}
+
+
 def _conv_opt(name: str) -> int:
-    return typer.Option(1, f"--{name}", min=1)
+    return typer.Option(1, f"--{name}", min=1, help=_CONV_HELP[name])
 
 
 def _conv_options_given(ctx: typer.Context) -> list[str]:
@@ -285,7 +294,8 @@ def _mkn(spec: str) -> tuple[int, int, int]:
 
 @app.command("fusion")
 def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of each GEMM in order."),
-               heads: int = typer.Option(1, "--heads", min=1),
+               heads: int = typer.Option(1, "--heads", min=1,
+                                         help="Independent copies of the chain (heads)."),
                plot: Path | None = PlotOpt, as_json: bool = JsonOpt) -> None:
     """Unfused vs untiled-fused vs tiled-fused (FFMT) bounds of a GEMM chain.
 

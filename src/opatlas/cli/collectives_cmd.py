@@ -69,12 +69,13 @@ def collectives(
     sizes: str = typer.Option("1048576", "--sizes", help="Total elements, comma-separated."),
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp64, fp16 or bf16."),
-    repeats: int = typer.Option(10, "--repeats", min=1),
+    repeats: int = typer.Option(10, "--repeats", min=1,
+                               help="Timed runs per size, after a warm-up."),
     link_peak_gbps: float | None = typer.Option(None, "--link-peak-gbps", min=0.001,
                                                 help="Flag bus bandwidths above this (GB/s, "
                                                      "the link's peak) as invalid."),
     store: Path | None = typer.Option(None, "--store", help="Also record the results here."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Time a collective on every rank; record the slowest rank; report algbw and busbw.
 

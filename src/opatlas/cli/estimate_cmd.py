@@ -20,11 +20,14 @@ def estimate(
                                            "gpt3-175b, mixtral-8x7b, llemma_7b_4_2_2_P, "
                                            "llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, qwen3-8b, "
                                            "mixtral-8x7b-v0.1."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the estimate (or the search's "
+                                                         "best layouts) as JSON."),
     plot: Path | None = typer.Option(None, "--plot", callback=checked_plot,
                                      help="Stacked-bar plot of the breakdown."),
     do_search: bool = typer.Option(False, "--search", help="Rank the layouts of --gpus GPUs."),
-    gpus: int | None = typer.Option(None, "--gpus", min=1),
+    gpus: int | None = typer.Option(None, "--gpus", min=1,
+                                   help="GPUs: the ones --search lays out, or the cluster a "
+                                        "Hugging Face config or Megatron arguments run on."),
     top: int | None = typer.Option(None, "--top", min=1,
                                    help="How many layouts --search shows (default 10)."),
     analytical: bool = typer.Option(False, "--analytical",

@@ -212,7 +212,8 @@ def import_tt_sweep(
     vectors: Path = typer.Option(..., "--vectors", help="vectors_export folder."),
     results: Path = typer.Option(..., "--results", help="tt-metal result JSON folder."),
     store: Path = StoreOpt,
-    device: str = typer.Option("wormhole_b0", "--device"),
+    device: str = typer.Option("wormhole_b0", "--device",
+                              help="Device the sweep ran on, as the store files it."),
 ) -> None:
     """Read tt-metal sweep results (device kernel durations) joined with their vectors.
 
