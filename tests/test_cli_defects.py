@@ -271,3 +271,10 @@ def test_a_flag_is_not_labelled_as_taking_a_value(capsys):
     code, out, _ = cli_in_process(capsys, "estimate", "--help")
     assert code == 0 and "<bool>" not in out
     assert "<path>" in out and "--json" in out
+
+
+def test_a_shape_may_be_comma_separated_and_names_a_parameter_given_twice():
+    assert parse_shape("linear1", ["mp=2,b=4", "l=4096, dim=512"]) == {
+        "mp": 2, "b": 4, "l": 4096, "dim": 512}
+    with pytest.raises(OpatlasError, match="b is given twice"):
+        parse_shape("linear1", ["b=4", "mp=1,b=8"])

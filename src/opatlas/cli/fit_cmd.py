@@ -198,7 +198,9 @@ def _median(values, why_none: str) -> str:
 
 def predict(
     op: str = typer.Argument(..., help="Op name (catalog or estimate-train-time name)."),
-    shape: list[str] = typer.Option(..., "--shape", help="k=v, repeatable, e.g. --shape mp=2."),
+    shape: list[str] = typer.Option(..., "--shape", help="k=v, repeatable or comma-separated: "
+                                                     "--shape mp=2 --shape b=4, or --shape "
+                                                     "mp=2,b=4."),
     device: str = typer.Option("NVIDIAA100-SXM4-80GB", "--device",
                                help="The device whose samples the model is fitted on (any "
                                     "name of a catalog device, or a name the data holds)."),
@@ -214,9 +216,11 @@ def predict(
 ) -> None:
     """Predict an op's forward and backward time at one shape (models fitted on first use).
 
-    Example:
+    Examples:
 
         opatlas predict linear1 --shape mp=2 --shape b=4 --shape l=4096 --shape dim=4096
+
+        opatlas predict baddbmm --shape mp=8,b=2,h=64,l=2048,dim=8192
     """
     from opatlas.fit.recipes import RECIPES
     from opatlas.predict import Predictor, check_valid, parse_shape

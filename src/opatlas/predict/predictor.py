@@ -257,8 +257,9 @@ def default_linear_role() -> str:
 
 
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
-    """``["mp=2", "b=4", ...]`` -> a shape: numbers (≥ 0, finite) for every parameter except
-    the catalog's named ones (``role``, ``stage``, ...); each problem is one clear error."""
+    """``["mp=2", "b=4", ...]`` (or ``["mp=2,b=4", ...]``) -> a shape: numbers (≥ 0, finite)
+    for every parameter except the catalog's named ones (``role``, ``stage``, ...); each
+    problem, a parameter given twice too, is one clear error."""
     from opatlas.ops.base import SIZE_PARAMS
     from opatlas.ops.registry import get_op
 
@@ -273,10 +274,13 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     whole = SIZE_PARAMS | {k for k, v in known.items()
                            if isinstance(v, int) and not isinstance(v, bool)}
     params: dict[str, Any] = {}
-    for item in items:
+    for item in (part for given in items for part in given.split(",") if part.strip()):
         k, sep, v = (x.strip() for x in item.partition("="))
         if not sep or not k.isidentifier():
             raise OpatlasError(f"--shape {item!r}: expected name=value, e.g. --shape mp=2")
+        if k in params:
+            raise OpatlasError(f"--shape {item!r}: {k} is given twice ({k}={params[k]} "
+                               f"before)")
         if k in named:
             params[k] = v
             continue
