@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, cli_in_process, refused, run_cli
+from conftest import REPO, cli_in_process, one_error, refused, run_cli
 from opatlas.devices import get_device
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.estimate import estimate_step, load_config
@@ -78,6 +78,39 @@ def test_gpt2_family_defaults_give_gpt2_small_exactly():
     from opatlas.estimate.config import ModelConfig
 
     assert pm.total_params(ModelConfig(**f)) == 124_439_808  # GPT-2 small, as HF counts it
+
+
+def test_hf_dropouts_are_read_with_transformers_defaults():
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+            "n_positions": 1024, "vocab_size": 50257}
+    mapped = map_hf_config(gpt2, "gpt2.json")  # GPT2Config's defaults: 0.1 and 0.1
+    f = mapped.fields
+    assert (f["attention_dropout"], f["hidden_dropout"]) == (0.1, 0.1)
+    assert any("resid_pdrop = 0.1" in a for a in mapped.assumed)
+    f = map_hf_config({**gpt2, "resid_pdrop": 0.0, "attn_pdrop": 0.25}, "gpt2.json").fields
+    assert f["attention_dropout"] == 0.25 and "hidden_dropout" not in f
+    neox = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "vocab_size": 50304, "max_position_embeddings": 2048,
+            "hidden_dropout": 0.1, "attention_dropout": 0.0}
+    mapped = map_hf_config(neox, "neox.json")
+    assert mapped.fields["hidden_dropout"] == 0.1 and "attention_dropout" not in mapped.fields
+    assert {"hidden_dropout", "attention_dropout"} <= set(mapped.read)
+    # Llama's attention_dropout of 0 is read, not left unused; it has no hidden dropout
+    llama = json.loads((REPO / "src/opatlas/data/hf/llama-3.1-8b.json").read_text())
+    mapped = map_hf_config(llama, "llama.json")
+    assert "attention_dropout" in mapped.read and "hidden_dropout" not in mapped.fields
+    with pytest.raises(SpecError, match="resid_pdrop") as exc:
+        map_hf_config({**gpt2, "resid_pdrop": 1.5}, "gpt2.json")
+    assert "probability" in str(exc.value)
+
+
+def test_attention_dropout_inside_flash_attention_is_said_and_refused_under_strict(capsys):
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b",
+                                  "--set", "model.attention_dropout=0.1")
+    assert code == 0 and "attention_dropout 0.1 inside flash attention is not timed" in err
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b", "--strict",
+                                  "--set", "model.attention_dropout=0.1")
+    one_error(code, err, "flash attention", "refused")
 
 
 def test_pythia_and_gemma_families_give_their_published_counts():

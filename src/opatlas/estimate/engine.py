@@ -222,6 +222,8 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
     opt = _optimizer_times(fn, cfgs, devs)
     accum = _accumulation_times(fn, cfgs, [h[0] for h in held])
     notes = fn.fallback_notes()  # warns on stderr, or raises under ops.strict
+    if base.model.attention == "flash" and base.model.attention_dropout > 0:
+        notes = [*notes, _untimed_flash_dropout(base)]
     limit = _memory_limit_gib(base, device)
     if not math.isfinite(limit):
         notes = [*notes, _unchecked_memory(base, device.name)]
@@ -250,6 +252,16 @@ def _memory_limit_gib(c: TrainConfig, device: Any) -> float:
     memory (infinite for a device known only from its data), less what CUDA reserves."""
     total = c.cluster.memory_gib * GiB if c.cluster.memory_gib else device.memory_bytes
     return (total - RESERVED_BYTES) / GiB
+
+
+def _untimed_flash_dropout(c: TrainConfig) -> str:
+    """Dropout inside the flash kernel (Megatron-LM passes --attention-dropout to it) has no
+    time of its own: the flash op (samples or roofline) is the kernel without dropout."""
+    msg = (f"model.attention_dropout {c.model.attention_dropout:g} inside flash attention is "
+           f"not timed: the flash kernel's time has no dropout in it; set "
+           f"model.attention_dropout=0 if the run has none")
+    _said_or_refused(c, msg)
+    return msg
 
 
 def _unchecked_memory(c: TrainConfig, name: str) -> str:

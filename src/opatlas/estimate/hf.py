@@ -40,6 +40,9 @@ class Family:
     gqa: bool = True                  # reads num_key_value_heads
     qk_norm: Literal[False, "head", "full"] = False  # "full": OLMo 2's, over all heads
     qkv_bias: bool = False            # biases on q, k, v alone (Qwen2)
+    # the dropouts' fields and transformers' defaults: (attention, its default, hidden, its
+    # default); a hidden field of None: the architecture has no dropout on the hidden state
+    dropouts: tuple[str, float, str | None, float] = ("attention_dropout", 0.0, None, 0.0)
 
 
 _GPT2_NAMES = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
@@ -60,10 +63,13 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
                     qk_norm="full"),
     "gpt2": Family(gated=False, norm="layernorm", rope=False, bias=True, tied_default=True,
-                   aliases=_GPT2_NAMES, default_act="gelu_new", gqa=False),
+                   aliases=_GPT2_NAMES, default_act="gelu_new", gqa=False,
+                   dropouts=("attn_pdrop", 0.1, "resid_pdrop", 0.1)),
     "gpt_neox": Family(gated=False, norm="layernorm", rope=True, bias=True, tied_default=False,
-                       default_act="gelu", gqa=False),
-    "phi3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False),
+                       default_act="gelu", gqa=False,
+                       dropouts=("attention_dropout", 0.0, "hidden_dropout", 0.0)),
+    "phi3": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=False,
+                   dropouts=("attention_dropout", 0.0, "resid_pdrop", 0.0)),
     "gemma": Family(gated=True, norm="rmsnorm", rope=True, bias=False, tied_default=True,
                     default_act="gelu_pytorch_tanh"),
 }
@@ -160,6 +166,20 @@ class _Reader:
         self.read.append(name)
         return value
 
+    def fraction(self, key: str, default: float) -> float:
+        """A probability in [0, 1), such as a dropout."""
+        value = self.data.get(key)
+        if value is None:
+            if default:
+                self.assumed.append(f"{key} = {default:g} (the architecture's default)")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not 0 <= value < 1:
+            raise SpecError("must be a probability in [0, 1)", file=self.file, key=key,
+                            value=value)
+        self.read.append(key)
+        return float(value)
+
     def text(self, key: str, default: str) -> str:
         name = self._name(key)
         value = self.data.get(name)
@@ -214,6 +234,14 @@ def _sliding_window(r: _Reader, seq_len: int) -> None:
                         f"sequence of {seq_len}, is not modelled (set model.seq_len <= {window}"
                         f" to estimate full attention)", file=r.file, key="sliding_window",
                         value=window)
+
+
+def _dropouts(r: _Reader, fam: Family) -> dict[str, float]:
+    """The dropouts a training run of this config applies (those that are not 0)."""
+    attention, attention_default, hidden, hidden_default = fam.dropouts
+    found = {"attention_dropout": r.fraction(attention, attention_default),
+             "hidden_dropout": r.fraction(hidden, hidden_default) if hidden else 0.0}
+    return {k: v for k, v in found.items() if v > 0}
 
 
 def _experts(r: _Reader, fam: Family) -> dict[str, Any]:
@@ -288,6 +316,6 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
               **({"qk_norm": fam.qk_norm} if fam.qk_norm else {}),
               **({"qkv_bias": True} if fam.qkv_bias else {}),
               **({"mlp_bias": mlp_bias} if mlp_bias is not None and mlp_bias != bias else {}),
-              **head_dim, **_experts(r, fam)}
+              **head_dim, **_experts(r, fam), **_dropouts(r, fam)}
     read = list(dict.fromkeys(r.read))
     return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read))
