@@ -348,3 +348,25 @@ def test_calibrate_cli_report_and_bad_split(tmp_path):
     assert WormholeParams.load(out).link_bytes_per_cycle > 0
     bad = run_cli("calibrate", "--split", "diagonal", "--out", str(out))
     assert bad.returncode == 2 and "not one of" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_where_dividing_by_zero_is_counted_in_the_reshard_sweep_too():
+    """As in any sweep: points (or, for a selection on the grids alone, whole suites) where
+    --where divides by zero are not selected, and counted under that reason."""
+    from opatlas.tenstorrent.spec import SUITE_SIZE
+
+    spec = resolve_spec("reshard")
+    grids = "input_core_grid == '1x1' and 1 / (grid_x(output_core_grid) - 2) > 0"
+
+    def zero(r) -> int:
+        return sum(n for why, n in r.invalid.items() if "divides by zero" in why)
+
+    assert zero(expand(spec, where=grids, materialize=False)) == 8 * SUITE_SIZE  # 2x1 .. 2x8
+    assert sum(zero(expand(spec, parts=3, part=k, where=grids, materialize=False))
+               for k in (1, 2, 3)) == 8 * SUITE_SIZE
+    points = expand(spec, where="input_core_grid == '1x1' and output_core_grid == '2x1' and "
+                                "1 / (input_shape[3] - 64) != 0")
+    everything = expand(spec, where="input_core_grid == '1x1' and output_core_grid == '2x1'")
+    width_64 = [v for v in everything.vectors if v.params["input_shape"][3] == 64]
+    assert zero(points) == len(width_64) > 0
+    assert len(points.vectors) == len(everything.vectors) - len(width_64)

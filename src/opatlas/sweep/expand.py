@@ -260,13 +260,18 @@ def _judged(stream: VectorStream) -> Iterator[tuple[int, dict[str, Any], str | N
     for i, raw in enumerate(grid(stream.spec)):
         if not in_part(i, stream.parts, stream.part):
             continue
-        if stream.select is not None:
-            chosen = stream.select(raw, on_zero=None)
-            if chosen is None:  # not selected, and said: the user may not have meant it
-                stream.invalid[f"--where {stream.select.source!r} divides by zero"] += 1
-            if not chosen:
-                continue
+        if stream.select is not None and not selected(stream, stream.select, raw):
+            continue
         yield i, raw, _invalid_reason(op, fixed, raw, constraints)
+
+
+def selected(stream: VectorStream, select: Expression, params: Mapping[str, Any]) -> bool:
+    """Whether ``--where`` selects the point; one that divides by zero is not selected, and
+    counted as a reason: the user may not have meant it."""
+    chosen = select(params, on_zero=None)
+    if chosen is None:
+        stream.invalid[f"--where {select.source!r} divides by zero"] += 1
+    return bool(chosen)
 
 
 def _suite_key(spec: SweepSpec, raw: Mapping[str, Any]) -> tuple[Any, ...]:

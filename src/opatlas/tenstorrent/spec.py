@@ -18,6 +18,7 @@ from opatlas.sweep.expand import (
     VectorStream,
     in_part,
     register_expander,
+    selected,
 )
 from opatlas.tenstorrent import reshard as rs
 
@@ -81,7 +82,7 @@ def expand_reshard(stream: VectorStream) -> Iterator[ExpansionBatch]:
     spec, select = stream.spec, stream.select
     suite_level = select is None or not (select.names - SUITE_KEYS)
     for s_no, (gin, gout) in enumerate(rs.grid_pairs()):
-        if select is not None and not _suite_may_match(select, gin, gout):
+        if select is not None and not _suite_may_match(stream, select, gin, gout, s_no):
             continue
         suite = rs.expand_suite(gin, gout, max_per_suite=spec.max_per_suite)
         if suite_level and stream.parts == 1:
@@ -103,7 +104,7 @@ def _suite_batch(stream: VectorStream, suite: rs.Suite, base: int,
         if not in_part(i, stream.parts, stream.part):
             continue
         params = rs.vector_params(suite, k)
-        if select is not None and not select(params):
+        if select is not None and not selected(stream, select, params):
             continue
         batch.valid += 1
         if stream.materialize:
@@ -114,12 +115,20 @@ def _suite_batch(stream: VectorStream, suite: rs.Suite, base: int,
 SUITE_KEYS = frozenset({"input_core_grid", "output_core_grid", "dtype"})
 
 
-def _suite_may_match(select: Expression, gin: tuple[int, int], gout: tuple[int, int]) -> bool:
-    """Skip whole suites when the selection only looks at the grids."""
+def _suite_may_match(stream: VectorStream, select: Expression, gin: tuple[int, int],
+                     gout: tuple[int, int], s_no: int) -> bool:
+    """Skip whole suites when the selection only looks at the grids. A suite where it divides
+    by zero is skipped, its points in this part counted under that reason, as point by point."""
     if select.names - SUITE_KEYS:
         return True
-    return bool(select({"input_core_grid": rs.grid_name(*gin),
-                        "output_core_grid": rs.grid_name(*gout), "dtype": "bfloat16"}))
+    chosen = select({"input_core_grid": rs.grid_name(*gin),
+                     "output_core_grid": rs.grid_name(*gout), "dtype": "bfloat16"}, on_zero=None)
+    if chosen is None:
+        first = s_no * SUITE_SIZE
+        points = range(first + (stream.part - 1 - first) % stream.parts, first + SUITE_SIZE,
+                       stream.parts)
+        stream.invalid[f"--where {select.source!r} divides by zero"] += len(points)
+    return bool(chosen)
 
 
 register_builtin_spec("reshard", reshard_spec)
