@@ -356,17 +356,33 @@ def test_a_where_dividing_by_zero_is_counted_in_the_reshard_sweep_too():
     from opatlas.tenstorrent.spec import SUITE_SIZE
 
     spec = resolve_spec("reshard")
-    grids = "input_core_grid == '1x1' and 1 / (grid_x(output_core_grid) - 2) > 0"
+    grids = ("input_core_grid == '1x1' and output_core_grid in ('2x1', '1x2') and "
+             "1 / (grid_x(output_core_grid) - 2) != 0")
 
     def zero(r) -> int:
         return sum(n for why, n in r.invalid.items() if "divides by zero" in why)
 
-    assert zero(expand(spec, where=grids, materialize=False)) == 8 * SUITE_SIZE  # 2x1 .. 2x8
+    assert zero(expand(spec, where=grids, materialize=False)) == SUITE_SIZE  # all of 2x1's
     assert sum(zero(expand(spec, parts=3, part=k, where=grids, materialize=False))
-               for k in (1, 2, 3)) == 8 * SUITE_SIZE
+               for k in (1, 2, 3)) == SUITE_SIZE
     points = expand(spec, where="input_core_grid == '1x1' and output_core_grid == '2x1' and "
                                 "1 / (input_shape[3] - 64) != 0")
     everything = expand(spec, where="input_core_grid == '1x1' and output_core_grid == '2x1'")
     width_64 = [v for v in everything.vectors if v.params["input_shape"][3] == 64]
     assert zero(points) == len(width_64) > 0
     assert len(points.vectors) == len(everything.vectors) - len(width_64)
+
+
+def test_a_where_on_grids_and_shapes_expands_only_the_suites_of_those_grids(monkeypatch):
+    """The grid parts of an ``and`` prune whole suites before a shape part is tried on their
+    points: the selection expands one suite, not all 4,096 (minutes, point by point)."""
+    expanded: list[tuple] = []
+    real = rs.expand_suite
+    monkeypatch.setattr(rs, "expand_suite",
+                        lambda gin, gout, **kw: expanded.append((gin, gout)) or
+                        real(gin, gout, **kw))
+    spec = resolve_spec("reshard")
+    out = expand(spec, where="input_shape[3] > 64 and input_core_grid == '1x1' and "
+                             "output_core_grid == '2x1'")
+    assert expanded == [((1, 1), (2, 1))]
+    assert out.vectors and all(v.params["input_shape"][3] > 64 for v in out.vectors)

@@ -319,3 +319,12 @@ def test_a_where_that_divides_by_zero_says_how_many_points_it_could_not_judge():
         [(2, 512), (2, 1024), (4, 1024)]  # 1024/3 > 300, 512/3 is not
     assert out.invalid == {"--where 'dim / (mp - 1) > 300' divides by zero": 2}  # mp = 1
     assert Expression.parse("1 / x > 0")({"x": 0}) is False  # constraints: still just false
+
+
+def test_an_expression_splits_into_its_top_level_and_parts():
+    from opatlas.expressions import Expression
+
+    e = Expression.parse("a > 1 and (b < 2 and c == 3) and (d or e)")
+    assert [p.source for p in e.conjuncts()] == ["a > 1", "b < 2", "c == 3", "(d or e)"[1:-1]]
+    assert [p.names for p in e.conjuncts()] == [{"a"}, {"b"}, {"c"}, {"d", "e"}]
+    assert Expression.parse("a or b").conjuncts()[0].source == "a or b"

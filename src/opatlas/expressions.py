@@ -98,6 +98,18 @@ class Expression:
         code = compile(tree, "<expression>", "eval")
         return cls(source=source.strip(), names=frozenset(names), _code=code)
 
+    def conjuncts(self) -> list[Expression]:
+        """The parts of a top-level ``a and b and ...`` in order (the expression itself when it
+        is not one): a caller may judge a part on fewer parameters than the whole needs."""
+        body = ast.parse(self.source, mode="eval").body
+        if not (isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And)):
+            return [self]
+        parts: list[Expression] = []
+        for value in body.values:
+            part = Expression.parse(ast.get_source_segment(self.source, value) or "")
+            parts.extend(part.conjuncts())
+        return parts
+
     def __call__(self, params: Mapping[str, Any], on_zero: Any = False) -> Any:
         """The expression's value for ``params``; ``on_zero`` where it divides by zero."""
         missing = self.names.difference(params)
