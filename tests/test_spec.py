@@ -117,6 +117,22 @@ def test_ett_config_with_mismatched_lengths_is_a_clear_error(tmp_path, data_dir)
         spec_from_mapping(data, file="moe.yml")
 
 
+def test_a_bad_column_range_in_an_ett_config_is_named_as_the_file_writes_it():
+    ett = {"kernel_name": "linear1", "columns_name": ["mp", "b", "l", "dim"],
+           "first_n_column": 4, "starts": [1, 2, 1024, 2048], "steps": [2, 2, 512, 512],
+           "ends": [4, 4, 2048, 3072], "operators": ["mul", "mul", "add", "add"]}
+    with pytest.raises(SpecError) as exc:
+        spec_from_mapping({**ett, "operators": ["mul", "mul", "plus", "add"]}, file="l.yml")
+    assert (exc.value.key, exc.value.value) == ("operators[2]", "plus")
+    assert "column l" in str(exc.value) and "'add' or 'mul'" in str(exc.value)
+    with pytest.raises(SpecError) as exc:
+        spec_from_mapping({**ett, "steps": [2, 0, 512, 512]}, file="l.yml")
+    assert (exc.value.key, exc.value.value) == ("steps[1]", 0)
+    with pytest.raises(SpecError) as exc:
+        spec_from_mapping({**ett, "ends": [4, 4, 512, 3072]}, file="l.yml")
+    assert (exc.value.key, exc.value.value) == ("starts[2], ends[2]", [1024, 512])
+
+
 _scalars = st.one_of(st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=5),
                      st.none(), st.booleans())
 _values = st.recursive(_scalars, lambda inner: st.one_of(

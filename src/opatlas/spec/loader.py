@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -66,7 +67,15 @@ def spec_from_mapping(data: Mapping[str, Any], *, file: str = "<spec>") -> Sweep
     """Validate a mapping in either dialect; check the op exists and gets the parameters it needs."""
     data = dict(data)
     if "kernel_name" in data or any(k in data for k in ETT_KEYS):
-        data = _from_ett(data, file)
+        converted = _from_ett(data, file)  # checks the columns and the four lists
+        try:
+            return _validated(converted, file)
+        except SpecError as exc:
+            raise _in_ett_terms(exc, data) from None
+    return _validated(data, file)
+
+
+def _validated(data: dict[str, Any], file: str) -> SweepSpec:
     if "name" not in data and isinstance(data.get("op"), str):
         data["name"] = data["op"]
     try:
@@ -75,6 +84,22 @@ def spec_from_mapping(data: Mapping[str, Any], *, file: str = "<spec>") -> Sweep
         raise _spec_error(exc, data, file) from None
     _check_op(spec, file)
     return spec
+
+
+def _in_ett_terms(exc: SpecError, ett: Mapping[str, Any]) -> SpecError:
+    """An error in a column's range (``params.l``, opatlas's name for it) named as the
+    estimate-train-time file writes it: the entries of ``starts``/``steps``/``ends``/
+    ``operators`` at that column's index that the message is about (all four if unclear)."""
+    parts = (exc.key or "").split(".")
+    columns = [str(c) for c in ett["columns_name"][:ett["first_n_column"]]]
+    if len(parts) < 2 or parts[0] != "params" or parts[1] not in columns:
+        return exc
+    i = columns.index(parts[1])
+    named = [k for k in ETT_KEYS if re.search(rf"\b{k.removesuffix('s')}\b", exc.detail)]
+    fields = named or list(ETT_KEYS)
+    value = ett[fields[0]][i] if len(fields) == 1 else [ett[f][i] for f in fields]
+    return SpecError(f"{exc.detail} (column {parts[1]})", file=exc.file,
+                     key=", ".join(f"{f}[{i}]" for f in fields), value=value)
 
 
 def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> SpecError:
