@@ -199,3 +199,46 @@ def test_cli_json_contract_and_step_lookup(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 1000
     bad = run_cli("bound", "einsum", "mk,kn->mn", "--dims", "m=4")
     assert bad.returncode == 2 and "no size for rank" in bad.stderr
+
+
+def test_fig14_shares_fig13s_problem_and_its_data_keeps_the_artifacts_oi():
+    from opatlas.bounds.figures import first_of_each
+    from opatlas.bounds.problems import fig13, fig14
+
+    fr = {"fig13": [frontier(e) for e in fig13()[5:6]],
+          "fig14": [frontier(e) for e in fig14()[:1]]}
+    assert fr["fig13"][0].einsum.name == fr["fig14"][0].einsum.name == "gbmm_4096_128_4096_32_1"
+    (kept,) = first_of_each(fr)
+    assert kept is fr["fig13"][0] and kept.einsum.ops_override is None  # Timeloop's count
+
+
+def test_ffmt_row_tiles_are_every_divisor_of_the_rows():
+    """4097 = 17·241 rows: one-row tiles (M1 = 4097) are valid, as for 4096 rows; with both
+    weights resident the buffer is ΣW + the largest row panels, 2·4096·1024 + 1024 + 4096."""
+    for rows in (4096, 4097):
+        til = fu.tiled_fusion([fu.GemmLayer(rows, 1024, 4096), fu.GemmLayer(rows, 4096, 1024)])
+        assert til.buffer[-1] == 2 * 4096 * 1024 + 1024 + 4096
+        assert til.accesses[-1] == 2 * 4096 * 1024 + 2 * rows * 1024
+
+
+def test_fusion_command_adds_the_best_of_the_three_schemes(tmp_path):
+    out = json.loads(run_cli("bound", "fusion", "--layer", "256,64,256", "--layer",
+                             "256,256,64", "--json", check=True).stdout)
+    curves = {k: fu.Curve(np.array([p["buffer"] for p in v]),
+                          np.array([p["accesses"] for p in v])) for k, v in out["curves"].items()}
+    best = curves.pop("best of the three")
+    grid = np.geomspace(best.buffer[0], 1e6, 50)
+    assert np.array_equal(best.lookup_many(grid),
+                          np.fmin.reduce([c.lookup_many(grid) for c in curves.values()]))
+
+
+def test_a_problem_too_large_for_64_bit_counts_is_refused_not_wrapped(capsys):
+    from conftest import cli_in_process, one_error
+
+    with pytest.raises(ValueError, match="too large to count exactly"):
+        gemm(2**21, 2**21, 2**21)  # 2·M·N·K + M·N words would wrap past 2^63
+    assert frontier(gemm(2**20, 2**20, 2**20)).accesses[0] == 2 * 2**60 + 2**40
+    one_error(*cli_in_process(capsys, "bound", "gemm", str(2**40), str(2**40), str(2**40))[::2],
+              "too large to count exactly")
+    code, out, _ = cli_in_process(capsys, "bound", "gemm", "8", "4", "2", "--at", "7.9")
+    assert code == 0 and out.startswith("at 7.9 words: 112 accesses")  # not "at 8 words"

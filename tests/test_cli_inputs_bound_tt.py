@@ -138,8 +138,10 @@ def test_conv_sizes_as_accel_takes_them_give_the_named_conv(capsys):
     sizes = ["3", "3", "16", "16", "64", "64", "1", "2"]
     code, by_sizes, err = cli_in_process(capsys, "bound", "conv", *sizes, "--json")
     assert code == 0 and json.loads(by_sizes) == json.loads(by_name)
+    assert "warning" not in err  # N and the strides are optional, 1 as the help says
+    code, _, err = cli_in_process(capsys, "bound", "conv", "3", "3", "16", "16", "64")
     warning = [ln for ln in err.splitlines() if ln.startswith("opatlas: warning")]
-    assert len(warning) == 1 and "Hstride, Wdilation, Hdilation not given" in warning[0], err
+    assert code == 0 and len(warning) == 1 and "K, N, Wstride" in warning[0], err
     from opatlas.cli.bound_cmd import _accel_problem
 
     assert _accel_problem("conv", [3, 3, 16, 16, 64, 64, 1, 2]).name == \

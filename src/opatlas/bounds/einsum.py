@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 
 Dim = tuple[tuple[str, int], ...]  # ((rank, coefficient), ...)
+MAX_COUNT = 2**63  # accesses are counted in int64
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,12 @@ class Einsum:
                 raise ValueError(f"tensor {t.name} uses unknown ranks {sorted(t.ranks() - known)}")
         if sum(t.read_write for t in self.tensors) != 1:
             raise ValueError("exactly one tensor must be read-write (the output)")
+        # the mapspace counts accesses in 64-bit integers; without reuse each tensor moves at
+        # most once per iteration (the output twice): beyond that, counts would wrap around
+        if (len(self.tensors) + 1) * math.prod(self.ranks.values()) >= MAX_COUNT:
+            raise ValueError(f"too large to count exactly: {self.macs:.3g} iterations, and "
+                             f"accesses are counted in 64 bits (iterations x "
+                             f"{len(self.tensors) + 1} must stay below 2^63)")
 
     @property
     def macs(self) -> int:

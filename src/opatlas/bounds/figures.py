@@ -28,15 +28,24 @@ def fig10_legends() -> list[str]:
     return [e.name for e in FIGURES["fig10"]()]
 
 
+def first_of_each(figures: dict[str, list[Frontier]]) -> list[Frontier]:
+    """Each problem once, as it first comes: a problem in two figures (Fig. 13's H=32 one is
+    Fig. 14's G=1) has one set of data; Fig. 14 only changes the OI its plot draws."""
+    first: dict[str, Frontier] = {}
+    for group in figures.values():
+        for f in group:
+            first.setdefault(f.einsum.name, f)
+    return list(first.values())
+
+
 def make_figures(outdir: Path) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     fr = {name: [frontier(e) for e in make()] for name, make in FIGURES.items()}
     out: list[Path] = []
-    for group in fr.values():
-        for f in group:
-            write_artifact_csv(f, outdir / "data" / f.einsum.name / "orojenesis.csv")
-    tidy = pd.concat([f.to_frame() for g in fr.values() for f in g]).drop_duplicates(
-        subset=["problem", "buffer"])
+    first = first_of_each(fr)
+    for f in first:
+        write_artifact_csv(f, outdir / "data" / f.einsum.name / "orojenesis.csv")
+    tidy = pd.concat([f.to_frame() for f in first])
     tidy.to_csv(outdir / "frontiers.csv", index=False)
     out.append(outdir / "frontiers.csv")
     out.append(plot_frontiers(fr["fig1"], outdir / "fig1.png", legends=["16384_1024_1024"],

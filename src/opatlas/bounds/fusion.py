@@ -7,7 +7,8 @@ tiled fusion with the fusion-friendly mapping template (FFMT).
   and holds |O| on chip, the last skips its input and holds |I|, a middle layer pays only its
   weights and holds |I| + |O|; then the layers are merged as above.
 * Tiled fusion (FFMT): only the shared row rank M is tiled at the backing store, in M1 row tiles
-  of M0 = M/M1 rows (M1 a power of two dividing M). Each layer keeps its weights resident
+  of M0 = M/M1 rows (M1 any divisor of M; the artifact's powers of two are those of a
+  power-of-two M). Each layer keeps its weights resident
   (|W| once, |W| on chip) or re-streams them once per row tile (M1·|W|). Traffic is
   Σ weights + |I_first| + |O_last|; capacity follows the fusion-friendly mapping rule
   Σ resident weights + max_i (row panels of layer i: M0·K_i + M0·N_i, + 1 word for a
@@ -18,6 +19,7 @@ tiled fusion with the fusion-friendly mapping template (FFMT).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,7 +97,7 @@ def untiled_fusion(layers: list[GemmLayer], heads: int = 1) -> Curve:
 def tiled_fusion(layers: list[GemmLayer], heads: int = 1) -> Curve:
     check_chain(layers)
     M = layers[0].M
-    row_tiles = [m1 for m1 in (2**i for i in range(M.bit_length())) if M % m1 == 0]
+    row_tiles = _divisors(M)
     io = layers[0].M * layers[0].K + layers[-1].M * layers[-1].N
     buffers, accesses = [], []
     for m1 in row_tiles:
@@ -109,6 +111,11 @@ def tiled_fusion(layers: list[GemmLayer], heads: int = 1) -> Curve:
             accesses.append(acc)
     return _scaled(Curve.pareto(np.array(buffers), np.array(accesses), "tiled fusion (FFMT)"),
                    heads)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def envelope(curves: list[Curve], label: str = "best of") -> Curve:

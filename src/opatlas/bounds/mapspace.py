@@ -2,7 +2,10 @@
 
 A mapping is a tile size per rank (the on-chip Buffer's factor, an exact divisor; or any
 ceil-tile with ``imperfect=True``, which is beyond the artifact) and a loop order of the
-backing-store (DRAM) loops over ``F_r = ceil(size_r / t_r)`` iterations.
+backing-store (DRAM) loops over ``F_r = ceil(size_r / t_r)`` iterations. A ceil-tiling's last
+tile of a rank is counted whole (padded: each fetch moves the full tile), so with
+``imperfect=True`` a mapping's traffic is that of hardware moving fixed tiles, above the words
+an exact edge tile would move.
 
 Traffic follows Timeloop's legacy nest analysis with one tile per tensor: a tensor's tile is
 fetched once, and again each time a DRAM loop step changes it; the new data is the *delta*

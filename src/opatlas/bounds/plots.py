@@ -90,12 +90,16 @@ def plot_bar_ratios(frontiers: Sequence[Frontier], path: Path, legends: Sequence
 
 
 def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] | None = None,
-                title: str | None = None) -> Path:
-    """Multi-Einsum comparison: steps-post curves (cumulative minimum), algo-min lines."""
+                title: str | None = None, best: Curve | None = None) -> Path:
+    """Multi-Einsum comparison: steps-post curves (cumulative minimum), algo-min lines, and
+    ``best`` (the schemes' envelope) dotted over them, so that the curves it follows show."""
     fig, ax = plt.subplots(figsize=(4, 3.2), dpi=150)
     for c in curves:
         ax.plot(c.buffer, np.minimum.accumulate(c.accesses), drawstyle="steps-post",
                 label=c.label)
+    if best is not None:
+        ax.plot(best.buffer, np.minimum.accumulate(best.accesses), drawstyle="steps-post",
+                color="black", ls=":", lw=1.4, zorder=5, label=best.label)
     for (label, value), color in zip((mins or {}).items(), ("red", "blue"), strict=False):
         ax.axhline(value, ls="--", color=color, lw=1, label=label)
     ax.set_xscale("log")

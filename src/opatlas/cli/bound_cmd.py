@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -36,7 +36,9 @@ AtOpt = typer.Option(None, "--at", callback=_checked_at,
                      help="Print the bound at this buffer size (words).")
 WordOpt = typer.Option(1, "--word-bytes", min=1, help="Bytes per word (1 as the artifact).")
 ImperfectOpt = typer.Option(False, "--imperfect",
-                            help="Also allow ceil (imperfect) tiles: beyond the artifact.")
+                            help="Also allow ceil (imperfect) tiles, beyond the artifact; the "
+                                 "last, partial tile of a rank is counted as moved whole "
+                                 "(padded), as hardware moving fixed tiles pays.")
 
 
 def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
@@ -64,7 +66,8 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
                                    "accesses": value,
                                    "oi": None if value is None else float(f.oi(value))}))
         else:
-            typer.echo(f"at {at:,.0f} words: " + ("below the smallest mapping's buffer"
+            size = f"{int(at):,}" if float(at).is_integer() else f"{at:,}"
+            typer.echo(f"at {size} words: " + ("below the smallest mapping's buffer"
                                                if value is None else f"{value:,} accesses"))
         return
     if as_json:
@@ -113,7 +116,17 @@ def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
         opatlas bound gemm 4096 4096 4096 --at 1048576
     """
     from opatlas.bounds import gemm
-    _emit(gemm(M, K, N, word_bytes), as_json, csv, artifact_csv, plot, at, imperfect)
+
+    e = _made(f"gemm {M} {K} {N}", gemm, M, K, N, word_bytes)
+    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+
+
+def _made(label: str, make: Any, *args: Any) -> Einsum:
+    """``make(*args)``, a problem it refuses (too large to count, ...) one error line."""
+    try:
+        return make(*args)
+    except (ValueError, TypeError) as exc:
+        raise OpatlasError(f"{label}: {exc}") from None
 
 
 @app.command("gbmm")
@@ -129,8 +142,8 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
     """Bound of the artifact's grouped BMM: Inputs[H,M,K], Weights[G,K,N], Outputs[H,M,N].
 
     The bound is the artifact's template's, whose loops run over H·G·M·K·N (every head with
-    every group's weights); OI is over the true compute, 2·H·M·K·N operations, as the
-    artifact's Fig. 14 takes it. H must be a multiple of G.
+    every group's weights); OI is over the true compute, H·M·K·N multiply-accumulates, counted
+    as for a GEMM (2·MACs − |O|, first reads elided). H must be a multiple of G.
 
     Example:
 
@@ -141,8 +154,9 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
 
     if heads % groups:
         raise OpatlasError(f"gbmm: {heads} heads do not split evenly into {groups} groups")
-    e = gbmm(M, K, N, heads, groups, word_bytes)
-    _emit(with_ops(e, 2 * heads * M * K * N), as_json, csv, artifact_csv, plot, at, imperfect)
+    e = _made(f"gbmm {M} {K} {N}", gbmm, M, K, N, heads, groups, word_bytes)
+    true_ops = 2 * heads * M * K * N - heads * M * N  # as gemm's: H GEMMs of M·K·N
+    _emit(with_ops(e, true_ops), as_json, csv, artifact_csv, plot, at, imperfect)
 
 
 _CONV_OPTIONS = ("r", "s", "p", "q", "c", "k", "n", "wstride", "hstride", "wdilation",
@@ -234,7 +248,7 @@ def _conv_from_sizes(label: str, dims: list[int], word_bytes: int = 1) -> Einsum
         e = conv(*dims, word_bytes=word_bytes)
     except (ValueError, TypeError) as exc:
         raise OpatlasError(f"{label} {' '.join(map(str, dims))}: {exc}") from None
-    if len(dims) < len(CONV_FIELDS):
+    if len(dims) < CONV_FIELDS.index("N"):  # the optional N and strides: 1, as the help says
         warnings.warn(f"{label} {' '.join(map(str, dims))}: "
                       f"{', '.join(CONV_FIELDS[len(dims):])} not given; using 1 for each",
                       stacklevel=2)
@@ -299,6 +313,10 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
                plot: Path | None = PlotOpt, as_json: bool = JsonOpt) -> None:
     """Unfused vs untiled-fused vs tiled-fused (FFMT) bounds of a GEMM chain.
 
+    Each scheme's curve is its own bound, as the artifact draws them: at a buffer too small
+    for a scheme it can exceed the unfused curve. "best of the three" is the bound when the
+    chain may run whichever scheme is best at each buffer size.
+
     Example (a 4096-token FFN, 1024 -> 4096 -> 1024):
 
         opatlas bound fusion --layer 4096,1024,4096 --layer 4096,4096,1024 --plot ffn.png
@@ -309,6 +327,7 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
         layers = [fu.GemmLayer(*_mkn(spec)) for spec in layer]
         curves = [fu.unfused(layers, heads), fu.untiled_fusion(layers, heads),
                   fu.tiled_fusion(layers, heads)]
+        curves.append(fu.envelope(curves, "best of the three"))
     except (ValueError, TypeError) as exc:
         raise OpatlasError(f"--layer {layer}: {exc}") from None
     mins = {"Algo min w/o fusion": heads * fu.algo_min_unfused(layers),
@@ -316,7 +335,7 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
     if plot is not None:
         from opatlas.bounds.plots import plot_curves
 
-        plot_curves(curves, plot, mins=mins)
+        plot_curves(curves[:-1], plot, mins=mins, best=curves[-1])
     if as_json:
         typer.echo(json.dumps({**{k.replace(" ", "_").replace("/", ""): v for k, v in mins.items()},
                                "curves": {c.label: [{"buffer": int(b), "accesses": int(a)} for b, a
