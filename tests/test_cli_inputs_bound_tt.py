@@ -175,3 +175,19 @@ def test_einsum_dim_not_in_expression_is_named(capsys):
 def test_einsum_bad_dims_are_one_line(capsys, dims, needle):
     code, _, err = cli_in_process(capsys, "bound", "einsum", "bmk,bkn->bmn", "--dims", dims)
     one_error(code, err, needle)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--problem", "gemm"), "give its sizes after the architecture, M K N"),
+    (("--problem", "conv"), "R S P Q C K"),
+    (("--problem", "gbmm", "64", "64", "64", "4", "3"), "4 heads do not split evenly into 3"),
+    (("--problem", "gemm", "64", "64", "64", "--buffer-sizes", "1,,8"), "--buffer-sizes"),
+])
+def test_accel_problem_mistakes_are_one_clear_line(capsys, args, needle):
+    one_error(*cli_in_process(capsys, "bound", "accel", "simba", *args)[::2], needle)
+
+
+def test_accel_takes_a_problem_quoted_with_its_sizes(capsys):
+    from opatlas.cli.bound_cmd import _accel_problem
+
+    assert _accel_problem("gemm 64 32 16", []).ranks == {"M": 64, "K": 32, "N": 16}

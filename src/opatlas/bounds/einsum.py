@@ -110,7 +110,9 @@ def bmm(B: int, M: int, K: int, N: int, word_bytes: int = 1) -> Einsum:
 def gbmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1) -> Einsum:
     """The artifact's grouped BMM template: Inputs[H,M,K], Weights[G,K,N], Outputs[H,M,N],
     dims H, G, M, K, N (so Timeloop's compute is H·G·M·K·N, which the artifact notes is
-    inflated by G; Fig. 14 overrides OI with the true compute)."""
+    inflated by G; Fig. 14 overrides OI with the true compute). H must be a multiple of G."""
+    if H % G:
+        raise ValueError(f"{H} heads do not split evenly into {G} groups")
     return Einsum(
         f"gbmm_{M}_{K}_{N}_{H}_{G}", {"H": H, "G": G, "M": M, "K": K, "N": N},
         (Tensor("Weights", (_d("G"), _d("K"), _d("N"))),

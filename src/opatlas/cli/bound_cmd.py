@@ -152,8 +152,6 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
     from opatlas.bounds import gbmm
     from opatlas.bounds.problems import with_ops
 
-    if heads % groups:
-        raise OpatlasError(f"gbmm: {heads} heads do not split evenly into {groups} groups")
     e = _made(f"gbmm {M} {K} {N}", gbmm, M, K, N, heads, groups, word_bytes)
     true_ops = 2 * heads * M * K * N - heads * M * N  # as gemm's: H GEMMs of M·K·N
     _emit(with_ops(e, true_ops), as_json, csv, artifact_csv, plot, at, imperfect)
@@ -373,7 +371,18 @@ def _accel_problem(problem: str, dims: list[int]) -> Einsum:
     from opatlas.bounds.einsum import parse_problem
 
     makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (gbmm, 3, 5)}
-    kind = problem.strip().lower()
+    kind, *inline = problem.split()
+    kind = kind.lower()
+    if inline and not dims and all(x.isdigit() for x in inline):  # --problem "gemm 64 64 64"
+        dims = [int(x) for x in inline]
+        problem = kind
+    sizes = {"gemm": ("M K N", "64 64 64"), "bmm": ("B M K N", "8 64 64 64"),
+             "gbmm": ("M K N [H [G]]", "64 64 64 8 2"),
+             "conv": ("R S P Q C K [N Ws Hs Wd Hd]", "3 3 16 16 64 64")}
+    if not dims and kind in sizes:
+        raise OpatlasError(f"--problem {kind}: give its sizes after the architecture, "
+                           f"{sizes[kind][0]} (e.g. opatlas bound accel simba --problem {kind} "
+                           f"{sizes[kind][1]})")
     if kind == "conv" and dims:
         return _conv_from_sizes(f"--problem {problem}", dims)
     try:
@@ -398,7 +407,7 @@ def _accel_problem(problem: str, dims: list[int]) -> Einsum:
 
 def _kb_list(text: str) -> list[float]:
     try:
-        sizes = [float(x) * 1024 for x in text.split(",") if x.strip()]
+        sizes = [float(x) * 1024 for x in text.split(",")]
     except ValueError:
         raise OpatlasError(f"--buffer-sizes {text!r}: expected KB values separated by commas, "
                            "e.g. 0.125,1,8,64,512") from None
