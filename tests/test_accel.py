@@ -263,3 +263,18 @@ def test_fig24b_figure_files(tmp_path):
     assert len(pd.read_csv(paths[0])) == 5 * 40
     assert len(pd.read_csv(paths[1])) == 5
     assert paths[2].stat().st_size > 20_000
+
+
+def test_an_arch_rule_over_the_whole_file_does_not_repeat_the_file(tmp_path):
+    from opatlas.bounds.arch import load_arch
+    from opatlas.errors import SpecError
+
+    bad = tmp_path / "twice.yaml"
+    bad.write_text("name: x\nlevels:\n"
+                   "  - {name: DRAM, kind: memory, keeps: [Weights, Inputs, Outputs]}\n"
+                   "  - {name: DRAM, kind: memory, size_bytes: 1024, "
+                   "keeps: [Weights, Inputs, Outputs]}\n")
+    with pytest.raises(SpecError) as exc:
+        load_arch(bad)
+    assert str(exc.value) == (f"In file {bad}: level names must be unique, got "
+                              f"['DRAM', 'DRAM']")

@@ -116,6 +116,8 @@ def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> Spe
             node = node[int(part)]
     key = ".".join(keys) if keys else (loc[0] if loc else None)
     value = node if keys else err.get("input")
+    if not loc and isinstance(value, Mapping):  # a rule over the whole file: its message
+        value = None                            # says what is wrong, the file is not repeated
     msg = str(err["msg"]).removeprefix("Value error, ")
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, ParamError) and isinstance(node, Mapping) and cause.key in node:
