@@ -278,3 +278,25 @@ def test_a_shape_may_be_comma_separated_and_names_a_parameter_given_twice():
         "mp": 2, "b": 4, "l": 4096, "dim": 512}
     with pytest.raises(OpatlasError, match="b is given twice"):
         parse_shape("linear1", ["b=4", "mp=1,b=8"])
+
+
+def test_a_spec_with_no_valid_vector_is_refused_before_any_store(tmp_path, capsys):
+    spec = write_spec(tmp_path / "none.yml", {
+        "name": "none", "op": "linear", "constraints": ["dim > 100000"],
+        "params": {"role": ["qkv"], "mp": [1], "b": [1], "l": [128], "dim": [64]}})
+    store = tmp_path / "s.duckdb"
+    one_error(*cli_in_process(capsys, "run", str(spec), "--store", str(store))[::2],
+              "the spec has no valid vector of none", "violates: dim > 100000")
+    assert not store.exists()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--address", "10.0.0.1:6379", "--chunk", "3"), "--address, --chunk are for --executor ray"),
+    (("--executor", "ray", "--jobs", "9"), "--jobs is for --executor submitit"),
+])
+def test_an_option_of_another_executor_is_refused(tmp_path, capsys, args, needle):
+    spec = _linear_spec(tmp_path / "l.yml", [64])
+    store = tmp_path / "s.duckdb"
+    one_error(*cli_in_process(capsys, "run", str(spec), "--store", str(store), *args)[::2],
+              needle)
+    assert not store.exists()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from opatlas.cli.common import checked_plot, checked_table
+from opatlas.cli.common import checked_plot, checked_table, options_given
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
@@ -172,11 +172,8 @@ def _conv_opt(name: str) -> int:
 
 
 def _conv_options_given(ctx: typer.Context) -> list[str]:
-    """The --r ... --hdilation options the user set (they would be ignored beside a NAME).
-    Sources are compared by name: typer ships its own copy of click's ParameterSource."""
-    sources = {o: ctx.get_parameter_source(o) for o in _CONV_OPTIONS}
-    return [f"--{o}" for o, src in sources.items()
-            if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")]
+    """The --r ... --hdilation options the user set (they would be ignored beside a NAME)."""
+    return options_given(ctx, _CONV_OPTIONS)
 
 
 @app.command("conv")

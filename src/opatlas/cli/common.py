@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,14 @@ WhereOpt = typer.Option(
 PartsOpt = typer.Option(1, "--parts", help="Split the grid round-robin into N parts.", min=1)
 PartOpt = typer.Option(1, "--part", help="Which part (1-based) to take.", min=1)
 StoreOpt = typer.Option(Path("opatlas.duckdb"), "--store", help="Results store (DuckDB file).")
+
+
+def options_given(ctx: typer.Context, names: Iterable[str]) -> list[str]:
+    """The options among ``names`` (parameter names) that the user set, as ``--name``.
+    Sources are compared by name: typer ships its own copy of click's ParameterSource."""
+    sources = {n: ctx.get_parameter_source(n) for n in names}
+    return [f"--{n.replace('_', '-')}" for n, src in sources.items()
+            if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")]
 
 
 def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:

@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, StoreOpt, WhereOpt, load
+from opatlas.cli.common import (
+    OpsModuleOpt,
+    PartOpt,
+    PartsOpt,
+    StoreOpt,
+    WhereOpt,
+    load,
+    options_given,
+)
 from opatlas.console import counted
 from opatlas.errors import OpatlasError
 
@@ -16,7 +24,12 @@ if TYPE_CHECKING:
     from opatlas.spec import SweepSpec
 
 
+EXECUTOR_OPTIONS = {"ray": ("address", "devices_per_task", "chunk", "ray_resource"),
+                    "submitit": ("jobs", "submitit_folder", "submitit_cluster", "submitit_opt")}
+
+
 def run(
+    ctx: typer.Context,
     spec: str = typer.Argument(..., help="Spec file or built-in spec name."),
     backend: str = typer.Option("cpu", "--backend", help="Where to run: cpu, cuda, wormhole-sim (a "
                                                              "simulated Tenstorrent Wormhole) or "
@@ -97,6 +110,10 @@ def run(
                     ops_modules=list(ops_module or []))
     if executor not in ("local", "ray", "submitit"):
         raise OpatlasError(f"--executor {executor!r}: expected local, ray or submitit")
+    for other, names in EXECUTOR_OPTIONS.items():
+        if other != executor and (given := options_given(ctx, names)):
+            raise OpatlasError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                               f"--executor {other}, and this run's executor is {executor}")
     if executor == "submitit" and (parts, part) != (1, 1):
         raise OpatlasError("--executor submitit splits the sweep itself into --jobs parts; "
                            "drop --parts/--part")
@@ -192,11 +209,12 @@ def _check_before_store(spec: SweepSpec, where: str | None, executor: str, backe
     from opatlas.sweep import VectorStream
 
     stream = VectorStream(spec, where=where)
-    if next(iter(stream), None) is None and where:  # read to the end only when none matches
+    if next(iter(stream), None) is None:  # read to the end only when none is valid
         rejected = "; ".join(f"{n:,} {why}" for why, n in stream.invalid.most_common(3))
-        raise OpatlasError(f"--where {where!r} selects no valid vector of {spec.name}"
-                           + (f" (invalid among those it selects: {rejected})" if rejected
-                              else "") + "; nothing to run, no store written")
+        what = f"--where {where!r} selects" if where else "the spec has"
+        raise OpatlasError(f"{what} no valid vector of {spec.name}"
+                           + (f" (invalid: {rejected})" if rejected else "")
+                           + "; nothing to run, no store written")
     if executor == "local":
         from opatlas.backends import get_backend
 
