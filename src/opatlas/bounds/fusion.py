@@ -19,13 +19,13 @@ tiled fusion with the fusion-friendly mapping template (FFMT).
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from opatlas.bounds.einsum import Einsum, gemm
 from opatlas.bounds.frontier import Curve, frontier
+from opatlas.bounds.mapspace import divisors
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def untiled_fusion(layers: list[GemmLayer], heads: int = 1) -> Curve:
 def tiled_fusion(layers: list[GemmLayer], heads: int = 1) -> Curve:
     check_chain(layers)
     M = layers[0].M
-    row_tiles = _divisors(M)
+    row_tiles = divisors(M)
     io = layers[0].M * layers[0].K + layers[-1].M * layers[-1].N
     buffers, accesses = [], []
     for m1 in row_tiles:
@@ -111,11 +111,6 @@ def tiled_fusion(layers: list[GemmLayer], heads: int = 1) -> Curve:
             accesses.append(acc)
     return _scaled(Curve.pareto(np.array(buffers), np.array(accesses), "tiled fusion (FFMT)"),
                    heads)
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
 
 
 def envelope(curves: list[Curve], label: str = "best of") -> Curve:

@@ -121,6 +121,16 @@ def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
     _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
 
 
+def _grouped_bmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1) -> Einsum:
+    """The grouped BMM of grouped-query attention: H heads share G groups of weights, so H
+    must be a multiple of G (the template itself takes any H and G)."""
+    from opatlas.bounds import gbmm
+
+    if H % G:
+        raise ValueError(f"{H} heads do not split evenly into {G} groups")
+    return gbmm(M, K, N, H, G, word_bytes)
+
+
 def _made(label: str, make: Any, *args: Any) -> Einsum:
     """``make(*args)``, a problem it refuses (too large to count, ...) one error line."""
     try:
@@ -149,10 +159,9 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
 
         opatlas bound gbmm 4096 128 4096 --heads 32 --groups 4
     """
-    from opatlas.bounds import gbmm
     from opatlas.bounds.problems import with_ops
 
-    e = _made(f"gbmm {M} {K} {N}", gbmm, M, K, N, heads, groups, word_bytes)
+    e = _made(f"gbmm {M} {K} {N}", _grouped_bmm, M, K, N, heads, groups, word_bytes)
     true_ops = 2 * heads * M * K * N - heads * M * N  # as gemm's: H GEMMs of M·K·N
     _emit(with_ops(e, true_ops), as_json, csv, artifact_csv, plot, at, imperfect)
 
@@ -364,11 +373,11 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
 def _accel_problem(problem: str, dims: list[int]) -> Einsum:
     """``gemm M K N``, ``bmm B M K N``, ``gbmm M K N [H [G]]``, ``conv R S P Q C K N ...``,
     or (no dims) any artifact name ``parse_problem`` reads."""
-    from opatlas.bounds import gbmm, gemm
+    from opatlas.bounds import gemm
     from opatlas.bounds.einsum import parse_problem
 
-    makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (gbmm, 3, 5)}
-    kind, *inline = problem.split()
+    makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (_grouped_bmm, 3, 5)}
+    kind, *inline = problem.split() or [""]
     kind = kind.lower()
     if inline and not dims and all(x.isdigit() for x in inline):  # --problem "gemm 64 64 64"
         dims = [int(x) for x in inline]
