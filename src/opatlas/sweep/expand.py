@@ -270,8 +270,13 @@ def selected(stream: VectorStream, select: Expression, params: Mapping[str, Any]
     counted as a reason: the user may not have meant it."""
     chosen = select(params, on_zero=None)
     if chosen is None:
-        stream.invalid[f"--where {select.source!r} divides by zero"] += 1
+        stream.invalid[divides_by_zero(select)] += 1
     return bool(chosen)
+
+
+def divides_by_zero(select: Expression) -> str:
+    """The reason points are counted under where ``--where`` divides by zero."""
+    return f"--where {select.source!r} divides by zero"
 
 
 def _suite_key(spec: SweepSpec, raw: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -16,6 +16,7 @@ from opatlas.sweep.expand import (
     ExpansionBatch,
     Vector,
     VectorStream,
+    divides_by_zero,
     in_part,
     register_expander,
     selected,
@@ -81,8 +82,9 @@ def expand_reshard(stream: VectorStream) -> Iterator[ExpansionBatch]:
     when the selection is by suite and the sweep is whole (they are never listed one by one)."""
     spec, select = stream.spec, stream.select
     suite_level = select is None or not (select.names - SUITE_KEYS)
+    parts = select.conjuncts() if select is not None else []  # parsed once, not per suite
     for s_no, (gin, gout) in enumerate(rs.grid_pairs()):
-        if select is not None and not _suite_may_match(stream, select, gin, gout, s_no):
+        if select is not None and not _suite_may_match(stream, select, parts, gin, gout, s_no):
             continue
         suite = rs.expand_suite(gin, gout, max_per_suite=spec.max_per_suite)
         if suite_level and stream.parts == 1:
@@ -115,8 +117,8 @@ def _suite_batch(stream: VectorStream, suite: rs.Suite, base: int,
 SUITE_KEYS = frozenset({"input_core_grid", "output_core_grid", "dtype"})
 
 
-def _suite_may_match(stream: VectorStream, select: Expression, gin: tuple[int, int],
-                     gout: tuple[int, int], s_no: int) -> bool:
+def _suite_may_match(stream: VectorStream, select: Expression, parts: list[Expression],
+                     gin: tuple[int, int], gout: tuple[int, int], s_no: int) -> bool:
     """Whether any point of the suite may be selected, judged on the selection's ``and``-parts
     that look at the grids alone (a suite is over half a million points: expanding every one
     to test a shape would take minutes). Where such a part divides by zero before any part
@@ -125,7 +127,7 @@ def _suite_may_match(stream: VectorStream, select: Expression, gin: tuple[int, i
     suite = {"input_core_grid": rs.grid_name(*gin), "output_core_grid": rs.grid_name(*gout),
              "dtype": "bfloat16"}
     by_point = False  # a part on the points came first: it may leave a point unjudged
-    for part in select.conjuncts():
+    for part in parts:  # select's conjuncts
         if part.names - SUITE_KEYS:
             by_point = True
             continue
@@ -136,7 +138,7 @@ def _suite_may_match(stream: VectorStream, select: Expression, gin: tuple[int, i
             first = s_no * SUITE_SIZE
             points = range(first + (stream.part - 1 - first) % stream.parts,
                            first + SUITE_SIZE, stream.parts)
-            stream.invalid[f"--where {select.source!r} divides by zero"] += len(points)
+            stream.invalid[divides_by_zero(select)] += len(points)
         if not chosen:
             return False
     return True
