@@ -3,6 +3,9 @@ as they need, one line per row, every cell whole, instead of rich's 80 columns."
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 from typing import IO, Any
 
 
@@ -18,12 +21,10 @@ def natural_width(renderable: Any) -> int:
 def print_wide(*renderables: Any, file: IO[str] | None = None) -> None:
     """Print ``renderables`` (tables, text) at the terminal's width, or unwrapped when the
     output is not a terminal."""
-    from rich.console import Console
-
-    console = Console(file=file)
+    console = make_console(file=file)
     if not console.is_terminal:
-        console = Console(file=file, width=max([console.width,
-                                                *(natural_width(r) for r in renderables)]))
+        console = make_console(file=file, width=max([console.width,
+                                                     *(natural_width(r) for r in renderables)]))
     for r in renderables:
         console.print(r)
 
@@ -31,3 +32,34 @@ def print_wide(*renderables: Any, file: IO[str] | None = None) -> None:
 def counted(n: int, noun: str) -> str:
     """``n`` and the noun, singular for one: "1 vector", "192 vectors"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def make_console(**options: Any) -> Any:
+    """A rich ``Console(**options)`` for a command's output: when its reader goes away
+    (``opatlas ... | head``) the command ends quietly with success, as Unix tools do, where
+    rich's own console exits 1."""
+    return _quiet_pipe_console()(**options)
+
+
+@functools.cache
+def _quiet_pipe_console() -> type:
+    from rich.console import Console
+
+    class QuietPipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            stdout_gone()
+            raise SystemExit(0)
+
+    return QuietPipeConsole
+
+
+def stdout_gone() -> None:
+    """The reader of standard output went away: point standard output at /dev/null, so that
+    the flush at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass

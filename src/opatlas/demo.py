@@ -8,6 +8,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from opatlas.console import make_console
 from opatlas.run import RunConfig, run_spec
 from opatlas.spec import resolve_spec
 from opatlas.store import Store
@@ -18,7 +19,7 @@ DEMO_BACKEND = {"threads": "1"}
 
 
 def run_demo(out: Path, *, repeats: int | None = None, console: Console | None = None) -> Path:
-    console = console or Console()
+    console = console or make_console()
     out.mkdir(parents=True, exist_ok=True)
     store_path = out / "opatlas.duckdb"
     console.rule("[bold]1. measure: CPU sweep of the core ops (PyTorch, perf_counter_ns)")

@@ -112,8 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"opatlas: error: {exc}", err=True)
         sys.exit(2)
     except OSError as exc:  # an output path the user named cannot be made: not a bug
-        if exc.errno == errno.EPIPE:  # the reader went away (| head): nothing to say
-            sys.exit(1)
+        if exc.errno == errno.EPIPE:  # the reader went away (| head): end as if done
+            from opatlas.console import stdout_gone
+
+            stdout_gone()
+            sys.exit(0)
         if exc.filename is None:
             raise
         typer.echo(f"opatlas: error: {exc.filename}: {exc.strerror or exc}", err=True)

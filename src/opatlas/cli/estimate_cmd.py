@@ -130,11 +130,12 @@ def _check_fits(est: Any, strict: bool, as_json: bool) -> None:
 
 
 def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from opatlas.console import make_console
 
-    c = Console()
+
+    c = make_console()
     table = Table("part", "seconds", "share", title=f"{cfg.model.name} on {cfg.gpus} x "
                                                      f"{cfg.cluster.device}")
     for k, v in est.breakdown.items():

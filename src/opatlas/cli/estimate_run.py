@@ -88,10 +88,10 @@ def _human(count: float) -> str:
 
 
 def print_run(run: Any, price: float | None) -> None:
-    from rich.console import Console
+    from opatlas.console import make_console
 
 
-    c = Console()
+    c = make_console()
     c.print(f"whole run: {_human(run.tokens)} tokens in {run.steps:,} steps of "
             f"{_human(run.tokens / run.steps)} tokens")
     cost = f"   cost {run.cost:,.0f} at {price:g} per GPU-hour" if run.cost is not None else ""
