@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
+
+if TYPE_CHECKING:
+    from opatlas.store import Store
 
 import_app = typer.Typer(help="Read results made elsewhere into the store.", no_args_is_help=True)
 FORMATS = ("table", "csv", "json", "parquet", "ett")
@@ -124,7 +130,7 @@ def _format(fmt: str | None, out: Path | None) -> str:
 
 def _emit(text: str, out: Path | None) -> None:
     if out is None:
-        typer.echo(text)
+        typer.echo(text, nl=not text.endswith("\n"))  # CSV ends with its own newline
     else:
         from opatlas.atomic import write_output
 
@@ -137,6 +143,16 @@ def _wrote(message: str, out: Path) -> None:
     whose reader must get the data alone."""
     stream = str(out) == "-" or (out.exists() and not out.is_file())
     typer.echo(message, err=stream)
+
+
+def _known(value: object) -> bool:
+    """Not missing (None, NaN): a std is, for rows imported from upstream samples."""
+    return value is not None and value == value
+
+
+def _nonzero(value: object) -> bool:
+    """Known and not zero: a value the table can divide by, or a count worth a rate."""
+    return _known(value) and bool(value)
 
 
 def _print_table(df, limit: int, out: Path | None, total: int) -> None:
@@ -152,10 +168,12 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
     for _, r in shown.iterrows():
         params = json.loads(r["params_json"])
         short = " ".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
-        ok = r["status"] == "ok" and r["median_ns"] == r["median_ns"]
+        ok = r["status"] == "ok" and _known(r["median_ns"])
         med = f"{r['median_ns'] / 1e3:.2f}" if ok else "-"
-        spread = f"{100 * r['std_ns'] / r['mean_ns']:.1f}" if ok and r["mean_ns"] else "-"
-        rate = f"{r['flops'] / r['median_ns']:.2f}" if ok and r["flops"] else "-"
+        spread = (f"{100 * r['std_ns'] / r['mean_ns']:.1f}"
+                  if ok and _nonzero(r["mean_ns"]) and _known(r["std_ns"]) else "-")
+        rate = (f"{r['flops'] / r['median_ns']:.2f}"
+                if ok and _nonzero(r["median_ns"]) and _nonzero(r["flops"]) else "-")
         table.add_row(r["op"], r["pass"], short, r["status"], med, spread,
                       str(int(r["repeats"])), rate)
     if out is None:
@@ -179,9 +197,25 @@ def import_results(
     """Add results exported from another store (e.g. one per SLURM part) to this store."""
     from opatlas.store.writing import store_for_writing
 
-    with store_for_writing(store) as st:
+    with store_for_writing(store) as st, _said_if_interrupted(st, store):
         n = st.import_results(path)
     typer.echo(f"added {n} rows to {store}")
+
+
+@contextmanager
+def _said_if_interrupted(st: Store, store: Path) -> Iterator[None]:
+    """On Ctrl-C, say what the import had written (each write is one transaction: an
+    interrupted one wrote nothing) and exit 130."""
+    before = st.count()
+    try:
+        yield
+    except KeyboardInterrupt:
+        added = st.count() - before
+        what = (f"{added} result row(s) had been added to {store}; importing again adds the "
+                f"rest (rows already there are skipped)" if added else
+                f"nothing was written to {store}")
+        typer.echo(f"opatlas: import interrupted; {what}", err=True)
+        raise typer.Exit(130) from None
 
 
 @import_app.command("ett-samples")
@@ -202,7 +236,7 @@ def import_ett(
     from opatlas.store.writing import store_for_writing
 
     path = bundled_dataset() if directory == "bundled" else Path(directory)
-    with store_for_writing(store) as st:
+    with store_for_writing(store) as st, _said_if_interrupted(st, store):
         added = import_ett_samples(st, path)
     typer.echo(f"added {sum(added.values())} rows from {len(added)} files to {store}")
 
@@ -224,6 +258,6 @@ def import_tt_sweep(
     from opatlas.store.writing import store_for_writing
     from opatlas.tenstorrent.ttjson import import_tt
 
-    with store_for_writing(store) as st:
+    with store_for_writing(store) as st, _said_if_interrupted(st, store):
         n = import_tt(st, vectors, results, device)
     typer.echo(f"added {n} rows to {store}")

@@ -33,7 +33,9 @@ def sweep_id(spec: SweepSpec) -> str:
 @dataclass(frozen=True)
 class SweepPlan:
     """One part and selection of a spec, recorded in the store: ``keys`` are its valid
-    vectors' keys in grid order (what is left to run is counted on them)."""
+    vectors' keys in grid order (what is left to run is counted on them); ``passes`` those
+    each vector is measured for (a vector lacking one of them is not done; none given: any
+    recorded pass makes it done)."""
 
     spec: SweepSpec
     parts: int
@@ -41,6 +43,7 @@ class SweepPlan:
     where: str | None
     keys: np.ndarray
     batch_size: int = DEFAULT_BATCH
+    passes: tuple[str, ...] = ()
 
     @property
     def valid(self) -> int:
@@ -53,9 +56,12 @@ class SweepPlan:
     def work(self, store: Store, backend: str, device: str, retry_failed: bool = False,
              also_done: np.ndarray | None = None) -> Work:
         """What (backend, device) still has to run: the vectors the store does not hold yet
-        for it; with ``retry_failed``, failed ones (error/oom/timeout/crash) run again.
+        for it, every pass of ``passes``; with ``retry_failed``, failed ones
+        (error/oom/timeout/crash) run again. A vector lacking a pass runs whole: the rows it
+        has already are kept (the store ignores them), so none is recorded twice.
         ``also_done``: sorted keys held elsewhere (a job array's driver store), skipped too."""
-        done = store.done_keys(backend, device, RESUMABLE if retry_failed else None)
+        done = store.done_keys(backend, device, RESUMABLE if retry_failed else None,
+                               self.passes)
         if also_done is not None and len(also_done):
             done = np.union1d(done, also_done)
         todo = int(np.count_nonzero(~contains(done, self.keys)))
@@ -94,10 +100,12 @@ class Work:
 
 
 def record_sweep(spec: SweepSpec, store: Store, *, parts: int = 1, part: int = 1,
-                 where: str | None = None, batch_size: int = DEFAULT_BATCH) -> SweepPlan:
+                 where: str | None = None, batch_size: int = DEFAULT_BATCH,
+                 passes: tuple[str, ...] = ()) -> SweepPlan:
     """Expand ``spec`` (this part, this selection) batch by batch into the store's ``vectors``
     table (valid ones, and invalid ones with their reasons), one transaction per batch."""
-    plan = SweepPlan(spec, parts, part, where, np.empty(0, dtype=KEY_DTYPE), batch_size)
+    plan = SweepPlan(spec, parts, part, where, np.empty(0, dtype=KEY_DTYPE), batch_size,
+                     passes)
     stream = plan.stream(keep_invalid=True)  # a bad part or selection fails before any write
     sid = sweep_id(spec)
     store.add_sweep(sid, spec.name, spec.op, spec.source, spec.model_dump_json())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -103,6 +104,7 @@ class Runner:
         ``also_done`` (sorted vector keys held elsewhere)."""
         cfg, spec = self.config, plan.spec
         how = measurement(spec, cfg)
+        plan = dataclasses.replace(plan, passes=how.passes)  # done: every pass it measures
         work = plan.work(self.store, cfg.backend, self.device, cfg.retry_failed, also_done)
         summary = RunSummary(total=work.total, skipped=work.skipped)
         worker = open_worker(self.backend, cfg.backend, cfg.ops_modules, cfg.backend_options)
@@ -135,7 +137,8 @@ def prepare_run(spec: SweepSpec, store: Store, config: RunConfig, *, parts: int 
     for m in config.ops_modules:
         load_ops_module(m)
     store.limit_memory()
-    return record_sweep(spec, store, parts=parts, part=part, where=where)
+    return record_sweep(spec, store, parts=parts, part=part, where=where,
+                        passes=measurement(spec, config).passes)
 
 
 def run_spec(spec: SweepSpec, store: Store, config: RunConfig | None = None, *,

@@ -109,7 +109,7 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     summary = RunSummary()
     summary.duplicate_rows = merge_leftovers(store, folder)
     plan = prepare_run(spec, store, config, where=where)
-    _write_done(store, config, folder)
+    _write_done(store, config, folder, plan.passes)
     executor = _executor(submitit, sconfig, folder)
     n = sconfig.jobs
     jobs = executor.map_array(run_part, [spec] * n, [config] * n, [n] * n, range(1, n + 1),
@@ -122,11 +122,11 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     return summary
 
 
-def _write_done(store: Store, config: RunConfig, folder: Path) -> None:
+def _write_done(store: Store, config: RunConfig, folder: Path, passes: Sequence[str]) -> None:
     statuses = RESUMABLE if config.retry_failed else None
     rows = store.con.execute("SELECT DISTINCT device FROM results WHERE backend = ?",
                              [config.backend]).fetchall()
-    done = {d: store.done_keys(config.backend, d, statuses) for (d,) in rows}
+    done = {d: store.done_keys(config.backend, d, statuses, passes) for (d,) in rows}
     tmp = folder / f".{DONE_FILE}.{os.getpid()}.tmp.npz"
     np.savez(tmp, **done)
     os.replace(tmp, folder / DONE_FILE)

@@ -160,14 +160,16 @@ def _insert_new_sql(table: str, columns: Sequence[str], key: Sequence[str], batc
 
 
 def _replace_failed_sql(table: str, key: Sequence[str], batch: str) -> str:
-    """Delete the failed rows of ``table`` that a newer row of ``batch`` has the key of (the
-    same rows imported twice replace nothing)."""
+    """Delete the failed rows of ``table`` that a row of ``batch`` has the key of and answers:
+    any final row (``ok``, ``invalid``), as a re-run's would, however old (an imported part
+    may have been measured before this store's attempt failed); a failure only when newer
+    (the same rows imported twice replace nothing)."""
     final = ", ".join(f"'{x}'" for x in FINAL_STATUSES)
     same = " AND ".join(f'{table}."{c}" = n."{c}"' for c in key)
     return (f"DELETE FROM {table} WHERE status NOT IN ({final}) "
             f"AND key_hash IN (SELECT {key_hash_sql(key)} FROM {batch}) "
             f"AND EXISTS (SELECT 1 FROM {batch} n WHERE {same} "
-            f"AND n.created_at > {table}.created_at)")
+            f"AND (n.status IN ({final}) OR n.created_at > {table}.created_at))")
 
 
 def _vector_frame(sweep_id: str, vectors: Sequence[Vector],
@@ -192,6 +194,25 @@ def _column_list(columns: Sequence[str]) -> str:
     return ", ".join(f'"{c}"' for c in columns)
 
 
+def _open_failed(path: Path, exc: duckdb.IOException) -> str:
+    """Why DuckDB could not open ``path``: a lock held by another process said plainly (with
+    its PID when DuckDB names it), any other I/O error as DuckDB put it."""
+    text = str(exc)
+    if "lock" not in text.lower():
+        return f"cannot open store {path}: {text}"
+    pid = re.search(r"PID (\d+)", text)
+    holder = f", PID {pid.group(1)}" if pid else ""
+    return (f"{path} is in use by another opatlas process (or DuckDB client){holder}; wait "
+            f"for it or use another --store")
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether DuckDB stopped a query for Ctrl-C: an ``InterruptException``, or (a SIGINT
+    during a query) a bare ``RuntimeError('Query interrupted')``."""
+    return isinstance(exc, duckdb.InterruptException) or (
+        type(exc) is RuntimeError and "interrupted" in str(exc).lower())
+
+
 def _looks_like_duckdb(path: Path) -> bool:
     with path.open("rb") as fh:
         head = fh.read(16)
@@ -208,13 +229,18 @@ class Store:
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder; a store is a DuckDB file (e.g. "
                              f"{self.path / 'opatlas.duckdb'})")
-        if self.path.exists() and self.path.stat().st_size > 0 and not _looks_like_duckdb(self.path):
+        if self.path.exists() and self.path.stat().st_size == 0:
+            raise StoreError(f"{self.path} is empty (0 bytes), not a DuckDB store; remove it "
+                             f"or use another --store (it was left untouched)")
+        if self.path.exists() and not _looks_like_duckdb(self.path):
             raise StoreError(f"{self.path} is not a DuckDB file; refusing to open it "
                              f"(it was left untouched)")
         if read_only and not self.path.exists():
             raise StoreError(f"store {self.path} does not exist")
         try:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.IOException as exc:
+            raise StoreError(_open_failed(self.path, exc)) from None
         except duckdb.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         try:
@@ -318,8 +344,9 @@ class Store:
 
     def add_results(self, rows: Iterable[ResultRow]) -> int:
         """Insert rows in one transaction; rows whose key is recorded already are ignored,
-        except that a newer row replaces a failed one (status not in ``FINAL_STATUSES``): a
-        vector run again after an error keeps its new outcome. Returns the count inserted."""
+        except that a failed row (status not in ``FINAL_STATUSES``) is replaced by a final
+        row, or by a newer failure: a vector run again after an error keeps its new outcome.
+        Returns the count inserted."""
         df = pd.DataFrame([r.as_tuple() for r in rows], columns=list(RESULT_COLUMNS))
         if df.empty:
             return 0
@@ -369,13 +396,18 @@ class Store:
 
         The store keeps no index that DuckDB cannot evict (schema 2), so a sweep's writes
         fit a fixed limit; this is the safety net for one that does not (a huge import): failing
-        the sweep then would be worse than growing."""
+        the sweep then would be worse than growing. A query stopped by Ctrl-C (rolled back)
+        is a ``KeyboardInterrupt``, as anywhere else, for the commands to report."""
         while True:
             try:
                 return fn()
             except duckdb.OutOfMemoryException:
                 if not self._raise_memory_limit():
                     raise
+            except Exception as exc:
+                if _interrupted(exc):
+                    raise KeyboardInterrupt from None
+                raise
 
     # -- memory -------------------------------------------------------------------------------
     def limit_memory(self, limit: str | None = None) -> None:
@@ -423,19 +455,27 @@ class Store:
             lambda: self.con.execute("SELECT DISTINCT op FROM results ORDER BY op").fetchall())
         return [r[0] for r in rows]
 
-    def done_keys(self, backend: str, device: str, statuses: Sequence[str] | None = None
-                  ) -> np.ndarray:
+    def done_keys(self, backend: str, device: str, statuses: Sequence[str] | None = None,
+                  passes: Sequence[str] = ()) -> np.ndarray:
         """The keys (:mod:`opatlas.store.keys`) of the vectors recorded for (backend, device),
-        sorted; only those with ``statuses`` when given. Read as two 64-bit halves, so a
-        million done vectors cost 16 MB and no Python object each."""
+        sorted; only those with ``statuses`` when given. With ``passes``, a vector is done
+        only when it has a row (of those statuses) for every one of them: one interrupted
+        between its passes, or run before with fewer passes, is not. Read as two 64-bit
+        halves, so a million done vectors cost 16 MB and no Python object each."""
         half = "try_cast('0x' || substr(vector_id, {}, 16) AS UBIGINT)"
-        sql = (f"SELECT {half.format(1)} AS hi, {half.format(17)} AS lo FROM results "
+        sql = (f"SELECT {half.format(1)} AS hi, {half.format(17)} AS lo, pass FROM results "
                f"WHERE backend = ? AND device = ? AND length(vector_id) >= {KEY_HEX_CHARS}")
         args: list[Any] = [backend, device]
         if statuses:
             sql += f" AND status IN ({', '.join('?' * len(statuses))})"
             args += list(statuses)
+        wanted = sorted(set(passes))
+        if wanted:
+            sql += f" AND pass IN ({', '.join('?' * len(wanted))})"
+            args += wanted
         sql = f"SELECT hi, lo FROM ({sql}) WHERE hi IS NOT NULL AND lo IS NOT NULL"  # sha224 ids
+        if wanted:  # the halves, not the id strings: a cheaper hash aggregate
+            sql += f" GROUP BY hi, lo HAVING count(DISTINCT pass) = {len(wanted)}"
         cols = self._with_memory(lambda: self.con.execute(sql, args).fetchnumpy())
         return keys_from_halves(np.asarray(cols["hi"]), np.asarray(cols["lo"]))
 
@@ -493,14 +533,23 @@ class Store:
         return path
 
     def import_results(self, path: str | os.PathLike[str]) -> int:
-        """Read results exported by :meth:`export` (Parquet or CSV); returns rows added."""
+        """Read results exported by :meth:`export` (Parquet, CSV or JSON); returns rows added.
+
+        The file is checked whole first (:func:`opatlas.store.checks.check_results`): a bad
+        one is refused, naming its first bad row, and nothing of it is written. Its final
+        rows (``ok``, ``invalid``) replace failures stored for their keys, as a re-run's
+        would, and come first within the file too."""
+        from opatlas.store.checks import check_results
+
         df = read_exported(Path(path))
         missing = [c for c in RESULT_COLUMNS if c not in df.columns]
         if missing:
             raise StoreError(f"{path} lacks result column(s) {missing}")
-        df["created_at"] = pd.to_datetime(df["created_at"])
+        df = check_results(df.reset_index(drop=True), Path(path), STATUSES)
         for col in ("message", "versions_json"):  # CSV reads empty strings back as missing
             df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+        failed = (~df["status"].isin(FINAL_STATUSES)).to_numpy()
+        df = df.iloc[np.argsort(failed, kind="stable")]  # within the file, answers win too
         return self._insert_results_df(df)
 
 

@@ -3,14 +3,18 @@
 Operator files are ``{GPU}_{op}_{precision}.csv`` with shape columns then ``F_dur(us)`` and
 ``B_dur(us)`` (or one ``dur(us)``); NCCL files are ``{GPU}_{collective}_{precision}[_{nodes}_{gpn}]
 .csv`` with ``shape,nodes,GPUsPerNode,dur(us)``. Each imported value becomes one ``ok`` result
-row (mean = median = the upstream value, repeats 10: upstream's trimmed mean of 10 runs).
+row (mean = median = the upstream value, repeats 10: upstream's trimmed mean of 10 runs); a
+shape sampled more than once in a file is one row over its values (:func:`merge_repeats`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from opatlas.errors import StoreError
@@ -22,7 +26,7 @@ PRECISIONS = ("fp16", "bf16", "fp32")
 PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur": "step"}
 IMPORT_BACKEND = "ett-import"
 __all__ = ["bundled_dataset", "export_ett", "filed_device_name", "import_ett_samples",
-           "parse_sample_name", "read_sample_file"]
+           "merge_repeats", "parse_sample_name", "read_sample_file"]
 
 
 def _counts(op: str, params: dict) -> tuple[dict, dict]:
@@ -71,14 +75,46 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
     return rows
 
 
+def merge_repeats(rows: list[ResultRow]) -> tuple[list[ResultRow], int]:
+    """One row per (vector, pass): a shape sampled more than once (upstream's flash_atten file
+    has 85 such) becomes one row over all its values: median, mean, min and max of them,
+    ``repeats`` 10 per value. Returns the rows and how many shapes had repeats."""
+    groups: dict[tuple[str, str], list[ResultRow]] = {}
+    for row in rows:
+        groups.setdefault((row.vector_id, row.pass_), []).append(row)
+    merged, repeated = [], set()
+    for (vid, _), same in groups.items():
+        if len(same) > 1:
+            repeated.add(vid)
+            same[0] = _merged(same)
+        merged.append(same[0])
+    return merged, len(repeated)
+
+
+def _merged(rows: list[ResultRow]) -> ResultRow:
+    values = np.array([r.median_ns for r in rows], dtype=float)
+    first = rows[0]
+    return dataclasses.replace(
+        first, repeats=sum(r.repeats for r in rows), median_ns=float(np.median(values)),
+        mean_ns=float(values.mean()), min_ns=float(values.min()), max_ns=float(values.max()),
+        message=f"{first.message}; this shape sampled {len(rows)} times: median, mean, min "
+                f"and max over them")
+
+
 def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
-    """Import every sampling CSV under ``directory`` (recursively); returns rows per file."""
+    """Import every sampling CSV under ``directory`` (recursively); returns rows per file.
+    A shape a file holds more than once is stored once, over all its values
+    (:func:`merge_repeats`), and said on stderr."""
     directory = Path(directory)
     if not directory.is_dir():
         raise StoreError(f"{directory} is not a directory of estimate-train-time CSVs")
     added: dict[str, int] = {}
     for path in sorted(directory.rglob("*.csv")):
-        rows = read_sample_file(path)
+        rows, repeated = merge_repeats(read_sample_file(path))
+        if repeated:
+            print(f"opatlas: note: {rows[0].op} ({path.name}): {repeated} shape(s) appear "
+                  f"more than once; each is stored once, with the median (and mean, min, "
+                  f"max) of its values", file=sys.stderr)
         if rows:
             added[str(path.relative_to(directory))] = store.add_results(rows)
     if not added:

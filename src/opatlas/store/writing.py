@@ -27,6 +27,8 @@ def store_for_writing(path: Path) -> Iterator[Store]:
 
 
 def _empty(path: Path) -> bool:
+    if path.exists() and path.stat().st_size == 0:  # made here, nothing written yet
+        return True
     try:
         with Store(path, read_only=True) as st:
             return st.count() == 0
