@@ -278,3 +278,13 @@ def test_an_arch_rule_over_the_whole_file_does_not_repeat_the_file(tmp_path):
         load_arch(bad)
     assert str(exc.value) == (f"In file {bad}: level names must be unique, got "
                               f"['DRAM', 'DRAM']")
+
+
+def test_an_arch_file_giving_a_key_twice_is_refused(tmp_path):
+    from opatlas.bounds.arch import load_arch
+    from opatlas.errors import SpecError
+
+    path = tmp_path / "a.yaml"
+    path.write_text("name: x\nname: y\n")
+    with pytest.raises(SpecError, match=r"key 'name'.*given twice, at lines 1 and 2"):
+        load_arch(str(path))

@@ -15,7 +15,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from opatlas.errors import SpecError
@@ -132,11 +131,9 @@ def load_arch(source: str | Path) -> Arch:
 
 def _parse(text: str, file: str) -> Arch:
     from opatlas.spec.loader import _spec_error
+    from opatlas.yaml_io import load_yaml
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"not valid YAML: {exc}", file=file) from None
+    data = load_yaml(text, file)  # a key given twice is an error, as in every user file
     if not isinstance(data, dict):
         raise SpecError("an architecture must be a YAML mapping at the top level", file=file)
     try:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from opatlas.errors import OpatlasError
 from opatlas.tables import TABLE_SUFFIXES
+
+if TYPE_CHECKING:
+    from opatlas.predict import Predictor
 
 
 def fit(
@@ -48,12 +52,12 @@ def fit(
         opatlas fit --data runs.csv --recipe reshard --group-by kernel --size bytes --time ns
     """
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    from opatlas.console import print_wide
+    from opatlas.console import make_console, print_wide
     from opatlas.fit.data import load_op_data
 
+    _check_fit_request(recipe, split)
     _check_fit_out(out, recipe)
     if recipe == "reshard":
         _fit_reshard(data, out, shards, as_json, split, group_by or None, size_col, time_col)
@@ -84,18 +88,39 @@ def fit(
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                   title=f"held-out errors (%): {rows[0]['recipe']}, split {split}")
     table.add_column("op", overflow="fold", min_width=8)
-    for name in ("pass", "test", "MAPE", "RMSRE", "ett", "twins", "floor", "ours"):
+    for name in ("pass", "train", "test", "MAPE", "RMSRE", "ett", "twins", "floor", "ours"):
         table.add_column(name, no_wrap=True, justify="left" if name == "pass" else "right")
     for r in rows:
-        table.add_row(r["op"], r["pass"], str(r["n_test"]), _pct(r["mape"]), _pct(r["rmsre"]),
-                      _pct(r["baseline_mape"]), str(r["twin_n"]), _pct(r["twin_mape"]),
-                      _pct(r["twin_model_mape"]))
+        table.add_row(r["op"], r["pass"], str(r["n_train"]), str(r["n_test"]), _pct(r["mape"]),
+                      _pct(r["rmsre"]), _pct(r["baseline_mape"]), str(r["twin_n"]),
+                      _pct(r["twin_mape"]), _pct(r["twin_model_mape"]))
     print_wide(table)
-    Console().print("test: held-out rows (r², max error, train counts: --json). ett: "
+    make_console().print(f"{_counts_note(rows)}; r², max error: --json. ett: "
                     "estimate-train-time's models on the same split. twins: test rows whose "
                     "kernel work also appears in training; floor: the MAPE of predicting those by "
                     "their training twins' mean (the data's own noise); ours: this model on the "
                     "same rows.", style="dim")
+
+
+def _counts_note(rows: list[dict]) -> str:
+    """What train and test count: with several folds, a mean per fold and all folds' rows."""
+    folds = sorted({r["n_folds"] for r in rows})
+    if folds == [1]:
+        return "train, test: the rows fitted on and held out"
+    each = f"{folds[0]}" if len(folds) == 1 else f"{folds[0]} to {folds[-1]}"
+    return (f"{each} folds: train is the mean rows fitted on per fold, test the held-out rows "
+            f"of all folds together, each row tested once")
+
+
+def _check_fit_request(recipe: str, split: str) -> None:
+    """``--recipe`` and the form of ``--split``, refused before any data is read."""
+    from opatlas.fit.recipes import RECIPES
+    from opatlas.fit.splits import check_split
+
+    if recipe not in (*RECIPES, "reshard"):
+        raise OpatlasError(f"--recipe {recipe!r}: unknown recipe; one of "
+                           f"{', '.join((*RECIPES, 'reshard'))}")
+    check_split(split)
 
 
 def _pct(x: float | None) -> str:
@@ -200,7 +225,9 @@ def predict(
     op: str = typer.Argument(..., help="Op name (catalog or estimate-train-time name)."),
     shape: list[str] = typer.Option(..., "--shape", help="k=v, repeatable or comma-separated: "
                                                      "--shape mp=2 --shape b=4, or --shape "
-                                                     "mp=2,b=4."),
+                                                     "mp=2,b=4. A parameter with a catalog "
+                                                     "default (opatlas ops) may be left out: "
+                                                     "the defaults used are said."),
     device: str = typer.Option("NVIDIAA100-SXM4-80GB", "--device",
                                help="The device whose samples the model is fitted on (any "
                                     "name of a catalog device, or a name the data holds)."),
@@ -229,30 +256,47 @@ def predict(
     if recipe not in RECIPES:
         raise OpatlasError(f"--recipe {recipe!r}: one of {', '.join(RECIPES)}")
     params = parse_shape(op, shape)
+    defaults: dict = {}
     if op == "linear" and "role" not in params:
-        params["role"] = default_linear_role()
+        params["role"] = defaults["role"] = default_linear_role()
         typer.echo(f"opatlas: note: linear: no role given; using its default role="
                    f"{params['role']} (opatlas ops; --shape role=... picks another)", err=True)
     pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data, strict=strict)
     pred.check_device()
     # once, outside the passes: a bad linear role is an error of its own, not "no data"
     name, columns = pred.resolve_op(op, {k: [v] for k, v in params.items()})
-    row = {k: v[0] for k, v in columns.items()}
+    passes = _measured_passes(pred, name)
+    if not passes:
+        raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
+                           f"{', '.join(pred.ops())}")
+    filled = {k: v for p in passes for k, v in pred.shape_defaults(name, list(columns), p).items()}
+    if filled:
+        params.update(filled)
+        defaults.update(filled)
+        typer.echo(f"opatlas: note: {op}: using the catalog's default(s) "
+                   f"{', '.join(f'{k}={v}' for k, v in filled.items())} (opatlas ops; "
+                   f"--shape k=v sets another)", err=True)
+    row = {**{k: v[0] for k, v in columns.items()}, **filled}
     out = {}
+    for pass_ in passes:
+        pred.check_shape(name, list(row), pass_, unknown_ok=False)
+        check_valid(name, row)
+        out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
+    if as_json:
+        typer.echo(json.dumps({"op": op, "shape": params, "defaults": defaults,
+                               "device": device, "dtype": dtype, "us": out}))
+    else:
+        for k, v in out.items():
+            typer.echo(f"{op} {k}: {v:,.1f} µs")
+
+
+def _measured_passes(pred: Predictor, name: str) -> list[str]:
+    """The passes (fwd, bwd, step) the data holds ``name`` at: a model for each."""
+    passes = []
     for pass_ in ("fwd", "bwd", "step"):
         try:
             pred.model(name, pass_)
         except OpatlasError:
             continue  # no data for this pass
-        pred.check_shape(name, list(row), pass_, unknown_ok=False)
-        check_valid(name, row)
-        out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
-    if not out:
-        raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
-                           f"{', '.join(pred.ops())}")
-    if as_json:
-        typer.echo(json.dumps({"op": op, "shape": params, "device": device, "dtype": dtype,
-                               "us": out}))
-    else:
-        for k, v in out.items():
-            typer.echo(f"{op} {k}: {v:,.1f} µs")
+        passes.append(pass_)
+    return passes

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,6 +18,7 @@ from pydantic import (
 )
 
 from opatlas.errors import SpecError
+from opatlas.yaml_io import load_yaml
 
 
 class _Strict(BaseModel):
@@ -326,8 +326,6 @@ def read_config(path: str | Path, notes: list[str] | None = None,
         path = path / "config.json"
     try:
         data = _parse(path)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"not valid YAML: {exc}", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
         raise SpecError(f"cannot read the config: {exc.strerror if isinstance(exc, OSError) else exc}",
                         file=str(path)) from None
@@ -356,7 +354,7 @@ def _parse(path: Path) -> Any:
     """A .json file as JSON (its errors are JSON's: line and column), anything else as YAML."""
     text = path.read_text()
     if path.suffix.lower() != ".json":
-        return yaml.safe_load(text)
+        return load_yaml(text, str(path))
     import json
 
     try:

@@ -28,6 +28,10 @@ from opatlas.fit.splits import iter_splits
 
 @dataclass
 class Evaluation:
+    """Held-out metrics of one (op, pass). With several folds (``kfold``, ``group``),
+    ``n_train`` is the mean training rows per fold (rounded) and ``n_test`` the held-out rows
+    of all folds together (each row is tested once): the metrics are over those rows."""
+
     op: str
     pass_: str
     recipe: str
@@ -43,6 +47,7 @@ class Evaluation:
     twin_n: int = 0
     twin_mape: float | None = None
     twin_model_mape: float | None = None
+    n_folds: int = 1
 
     def as_json(self) -> dict:
         d = asdict(self)
@@ -70,11 +75,12 @@ def twin_predictions(keys: np.ndarray, y: np.ndarray, train: np.ndarray, test: n
 
 def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd.DataFrame,
         y: np.ndarray, split: str, keys: np.ndarray | None = None
-        ) -> tuple[dict, int, int, str, dict]:
-    """Held-out metrics over the split's folds; with ``keys`` (:func:`work_keys`) also the twin
-    floor and this model's error on the same rows."""
+        ) -> tuple[dict, dict, str, dict]:
+    """Held-out metrics over the split's folds, the row counts (:func:`_counts`), the recipe
+    used; with ``keys`` (:func:`work_keys`) also the twin floor and this model's error on the
+    same rows."""
     truth, pred, twin, twin_model, twin_truth = [], [], [], [], []
-    n_train, used = 0, recipe
+    train_sizes, used = [], recipe
     for train, test in iter_splits(shapes, split):
         m = make_model(recipe, op, pass_, device, dtype).fit(shapes.iloc[train], y[train])
         used = m.recipe
@@ -86,14 +92,21 @@ def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd
             twin.append(mean)
             twin_model.append(p[has])
             twin_truth.append(y[test][has])
-        n_train = len(train)
+        train_sizes.append(len(train))
     t, p = np.concatenate(truth), np.concatenate(pred)
     tt = np.concatenate(twin_truth) if twin_truth else np.zeros(0)
     floor = {"twin_n": len(tt)}
     if len(tt):
         floor.update(twin_mape=mape(tt, np.concatenate(twin)),
                      twin_model_mape=mape(tt, np.concatenate(twin_model)))
-    return all_metrics(t, p), n_train, len(t), used, floor
+    return all_metrics(t, p), _counts(train_sizes, len(t)), used, floor
+
+
+def _counts(train_sizes: list[int], n_test: int) -> dict[str, int]:
+    """``n_train``: the mean training rows per fold (one fold's count would sit beside all
+    folds' test rows); ``n_test``: the held-out rows of all folds; ``n_folds``."""
+    return {"n_train": round(float(np.mean(train_sizes))), "n_test": n_test,
+            "n_folds": len(train_sizes)}
 
 
 def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = True,
@@ -104,9 +117,9 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
     device = device or data_device(df, name, dtype)
     keys = work_keys(op, pass_, shapes, device, dtype)
-    metrics, n_train, n_test, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y,
-                                                split, keys)
-    ev = Evaluation(op, pass_, used, split, n_train, n_test, **metrics, **floor)
+    metrics, counts, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y, split,
+                                       keys)
+    ev = Evaluation(op, pass_, used, split, **counts, **metrics, **floor)
     if baseline and recipe != "ett":
         base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, split)
         ev.baseline_mape, ev.baseline_rmsre = base["mape"], base["rmsre"]

@@ -12,6 +12,27 @@ import pandas as pd
 from opatlas.errors import OpatlasError
 
 SEED = 42
+FORMS = "random[:FRAC], kfold:K, extrapolate:COL:FRAC or group:COL"
+
+
+def check_split(spec: str) -> None:
+    """Refuse a malformed split before any data is read (what depends on the data, such as a
+    column's presence or K against the row count, is checked by :func:`iter_splits`)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "random":
+        _fraction(spec, rest)
+    elif kind == "kfold":
+        _folds(spec, rest, None)
+    elif kind == "extrapolate":
+        col, _, frac = rest.partition(":")
+        if not col:
+            raise OpatlasError(f"split {spec!r}: name the column, e.g. extrapolate:dim:0.2")
+        _fraction(spec, frac)
+    elif kind == "group":
+        if not [c for c in rest.split(",") if c]:
+            raise OpatlasError(f"split {spec!r}: no column named; e.g. group:dim")
+    else:
+        raise OpatlasError(f"unknown split {spec!r}: use {FORMS}")
 
 
 def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -20,18 +41,12 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
     n = len(df)
     rng = np.random.default_rng(SEED)
     if kind == "random":
-        frac = _number(spec, rest, 0.2)
-        if not 0 < frac < 1:
-            raise OpatlasError(f"split {spec!r}: the test fraction must be in (0, 1)")
+        frac = _fraction(spec, rest)
         perm = rng.permutation(n)
         k = max(1, round(n * frac))
         yield np.sort(perm[k:]), np.sort(perm[:k])
     elif kind == "kfold":
-        k = _number(spec, rest, 5)
-        if k != int(k) or not 2 <= k <= max(n, 2):
-            raise OpatlasError(f"split {spec!r}: K must be a whole number from 2 to the row "
-                               f"count ({n})")
-        k = int(k)
+        k = _folds(spec, rest, n)
         folds = np.array_split(rng.permutation(n), k)
         for i in range(k):
             test = folds[i]
@@ -41,9 +56,7 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
         if col not in df:
             raise OpatlasError(f"split {spec!r}: no column {col!r} (have {sorted(df.columns)})")
         values = np.sort(df[col].unique())
-        frac = _number(spec, frac_s, 0.2)
-        if not 0 < frac < 1:
-            raise OpatlasError(f"split {spec!r}: the test fraction must be in (0, 1)")
+        frac = _fraction(spec, frac_s)
         k = max(1, round(len(values) * frac))
         if k >= len(values):
             raise OpatlasError(f"split {spec!r}: {col} has too few distinct values")
@@ -61,8 +74,26 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
         for g in np.unique(keys):
             yield np.flatnonzero(keys != g), np.flatnonzero(keys == g)
     else:
-        raise OpatlasError(f"unknown split {spec!r}: use random[:FRAC], kfold:K, "
-                           f"extrapolate:COL:FRAC or group:COL")
+        raise OpatlasError(f"unknown split {spec!r}: use {FORMS}")
+
+
+def _fraction(spec: str, text: str) -> float:
+    """A test fraction in (0, 1), 0.2 when not given."""
+    frac = _number(spec, text, 0.2)
+    if not 0 < frac < 1:
+        raise OpatlasError(f"split {spec!r}: the test fraction must be in (0, 1)")
+    return frac
+
+
+def _folds(spec: str, text: str, n: int | None) -> int:
+    """K, a whole number >= 2 (5 when not given), and at most the row count ``n`` if known."""
+    k = _number(spec, text, 5)
+    if n is None and (k != int(k) or k < 2):
+        raise OpatlasError(f"split {spec!r}: K must be a whole number >= 2")
+    if n is not None and (k != int(k) or not 2 <= k <= max(n, 2)):
+        raise OpatlasError(f"split {spec!r}: K must be a whole number from 2 to the row "
+                           f"count ({n})")
+    return int(k)
 
 
 def _number(spec: str, text: str, default: float) -> float:

@@ -17,16 +17,39 @@ _OPS: dict[str, Op] = {}
 _ALIASES: dict[str, tuple[str, dict[str, Any]]] = {}
 _BUILTINS_LOADED = False
 _ENTRY_POINTS_LOADED = False
+# the modules of the built-in catalog, imported by _load_builtins (in this order)
+BUILTIN_MODULES = ("opatlas.ops.basic", "opatlas.ops.transformer", "opatlas.tenstorrent.spec",
+                   "opatlas.ops.faults")
+USER_MODULE = "opatlas_user_ops_"  # the prefix of the names --ops-module files import under
 
 T = TypeVar("T", bound=type[Op])
 
 
 def register_op(cls: T) -> T:
-    """Class decorator: instantiate and register an op under ``cls.name``."""
+    """Class decorator: instantiate and register an op under ``cls.name``.
+
+    A user's op (a module of theirs, an entry point) named like a built-in op or alias is an
+    error: either would silently win, depending on which module was imported last."""
     if not cls.name:
         raise OpatlasError(f"op class {cls.__name__} has no name")
+    if cls.__module__ not in BUILTIN_MODULES:
+        _load_builtins()  # first, so that a clash is seen whatever the import order
+        _check_clash(cls)
     _OPS[cls.name] = cls()
     return cls
+
+
+def _check_clash(cls: type[Op]) -> None:
+    """Refuse ``cls`` when its name is taken by a built-in op or alias (a user's op replacing
+    another user's op, a module imported again, stays allowed)."""
+    taken = _OPS.get(cls.name)
+    builtin_op = taken is not None and type(taken).__module__ in BUILTIN_MODULES
+    if builtin_op or cls.name in _ALIASES:
+        what = "op" if builtin_op else f"alias (of {_ALIASES[cls.name][0]})"
+        where = "" if cls.__module__.startswith(USER_MODULE) else f" ({cls.__module__})"
+        raise OpatlasError(f"op class {cls.__name__}{where} is named {cls.name!r}, the name of "
+                           f"a built-in {what}; give it another name (opatlas ops lists the "
+                           f"built-in ones)")
 
 
 def register_alias(alias: str, op: str, **fixed: Any) -> None:
@@ -38,10 +61,8 @@ def _load_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("opatlas.ops.basic")
-        importlib.import_module("opatlas.ops.transformer")
-        importlib.import_module("opatlas.tenstorrent.spec")
-        importlib.import_module("opatlas.ops.faults")
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
 
 
 def _load_entry_points() -> None:
@@ -80,7 +101,7 @@ def load_ops_module(path: str | Path) -> None:
     if p.suffix == ".py" or p.exists():
         if not p.is_file():
             raise OpatlasError(f"--ops-module {path}: no such file")
-        mod_name = f"opatlas_user_ops_{abs(hash(str(p.resolve())))}"
+        mod_name = f"{USER_MODULE}{abs(hash(str(p.resolve())))}"
         if mod_name in sys.modules:
             return
         spec = importlib.util.spec_from_file_location(mod_name, p)
@@ -114,8 +135,13 @@ def _import_error(path: str, exc: Exception) -> OpatlasError:
         return OpatlasError(f"--ops-module {path}: syntax error in {where}: {exc.msg}")
     frames = traceback.extract_tb(exc.__traceback__)
     user = [f for f in frames if "importlib" not in f.filename]
+    if isinstance(exc, OpatlasError):  # raised by opatlas: the user's line that called it
+        here = str(Path(__file__).resolve().parent.parent)
+        user = [f for f in user if not str(Path(f.filename).resolve()).startswith(here)]
     where = f" (at {user[-1].filename}, line {user[-1].lineno})" if user else ""
     first = next(iter(str(exc).splitlines()), "")  # one line, whatever the module raised
+    if isinstance(exc, OpatlasError):  # opatlas refused something the module did: say what
+        return OpatlasError(f"--ops-module {path}{where}: {first}")
     return OpatlasError(f"--ops-module {path}: importing it failed{where}: "
                         f"{type(exc).__name__}: {first}")
 

@@ -1,5 +1,5 @@
 """Answer "how long does op X take at shape S on device D", vectorised over many shapes."""
 
-from opatlas.predict.predictor import Predictor, check_valid, parse_shape
+from opatlas.predict.predictor import Predictor, check_dtype, check_valid, parse_shape
 
-__all__ = ["Predictor", "check_valid", "parse_shape"]
+__all__ = ["Predictor", "check_dtype", "check_valid", "parse_shape"]

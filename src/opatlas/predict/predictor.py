@@ -82,6 +82,7 @@ class Predictor:
         """Raise, naming what the data holds, when it has nothing for ``device`` in ``dtype``."""
         device, dtype = device or self.device, dtype or self.dtype
         if not self.index.has_device(device_key(device), dtype):
+            check_dtype(dtype)  # a typo (fp17) is named as such, not as missing data
             raise OpatlasError(f"the op data {self.data_source} has no {dtype} samples for "
                                f"device {device!r}; it holds: {self.index.meta['holdings']}. "
                                f"Give data measured on this device (estimate: ops.data; "
@@ -188,6 +189,21 @@ class Predictor:
             extra = []
         return need, extra
 
+    def shape_defaults(self, op: str, columns: Sequence[str], pass_: str = "fwd",
+                       device: str | None = None, dtype: str | None = None) -> dict[str, Any]:
+        """The catalog's defaults (``opatlas ops``) of the parameters the data measured ``op``
+        at that ``columns`` lacks, such as bmm's ``mp=1``: what a shape may leave out. A
+        parameter without a default (and any of an op outside the catalog) stays required."""
+        need, _ = self.shape_params(op, pass_, device, dtype)
+        from opatlas.ops.registry import get_op
+
+        try:
+            cat, fixed = get_op(op)
+        except OpatlasError:
+            return {}
+        return {k: cat.defaults[k] for k in need
+                if k not in columns and k in cat.defaults and k not in fixed}
+
     def check_shape(self, op: str, columns: Sequence[str], pass_: str = "fwd",
                     device: str | None = None, dtype: str | None = None,
                     unknown_ok: bool = True) -> None:
@@ -247,6 +263,15 @@ def _unmeasured(categories: Mapping[str, Sequence[str]], table: Columns) -> list
                 out.append(f"{key} {', '.join(map(repr, new))} was never measured (the data "
                            f"has {', '.join(known)})")
     return out
+
+
+def check_dtype(dtype: str, what: str = "dtype") -> None:
+    """Raise, listing the known ones, when ``dtype`` (given as ``what``: an option, a key) is
+    not a precision the catalog knows."""
+    from opatlas.ops.base import DTYPE_BYTES
+
+    if dtype not in DTYPE_BYTES:
+        raise OpatlasError(f"{what} {dtype!r}: unknown dtype; known: {', '.join(DTYPE_BYTES)}")
 
 
 def default_linear_role() -> str:

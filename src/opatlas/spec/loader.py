@@ -8,11 +8,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from opatlas.errors import SpecError, UnknownOpError
 from opatlas.spec.model import ParamError, SweepSpec
+from opatlas.yaml_io import load_yaml
 
 ETT_KEYS = ("starts", "steps", "ends", "operators")
 
@@ -48,13 +48,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     except UnicodeDecodeError:
         raise SpecError("not a text (YAML) file: it is not valid UTF-8 (a binary file such "
                         "as a store or a parquet table?)", file=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"not valid YAML{where}: {problem}", file=str(path)) from None
+    data = load_yaml(text, str(path))
     if not isinstance(data, Mapping):
         raise SpecError("a spec must be a YAML mapping at the top level", file=str(path),
                         value=type(data).__name__)
