@@ -300,3 +300,14 @@ def test_an_option_of_another_executor_is_refused(tmp_path, capsys, args, needle
     one_error(*cli_in_process(capsys, "run", str(spec), "--store", str(store), *args)[::2],
               needle)
     assert not store.exists()
+
+
+@pytest.mark.parametrize("command", [["estimate", "llama2-7b"], ["bound", "gemm", "8", "8", "8"],
+                                     ["bound", "fusion", "16", "16", "16", "16"]])
+def test_every_plot_under_a_file_names_the_file(capsys, tmp_path, command):
+    """``--plot notes.txt/fig.png`` cannot be made: every command's check says which file."""
+    (tmp_path / "notes.txt").write_text("x")
+    bad = tmp_path / "notes.txt" / "fig.png"
+    one_error(*cli_in_process(capsys, *command, "--plot", str(bad))[::2],
+              f"{tmp_path / 'notes.txt'} is a file, not a folder")
+    assert not bad.exists()

@@ -67,6 +67,13 @@ def _umask() -> int:
     return mask
 
 
+def blocking_file(path: str | Path) -> Path | None:
+    """The file standing where a folder of ``path`` would have to be (``notes.txt`` of
+    ``notes.txt/fig.png``: nothing can be made under it), or None."""
+    blocker = next((p for p in Path(path).parents if p.exists()), None)
+    return blocker if blocker is not None and not blocker.is_dir() else None
+
+
 def write_output(path: str | Path, write: Callable[[Path], object], option: str = "--out"
                  ) -> Path:
     """A user's output file, written whole by ``write(tmp)`` (missing folders are made); a
@@ -78,8 +85,7 @@ def write_output(path: str | Path, write: Callable[[Path], object], option: str 
         return _to_stdout(write)
     if path.is_dir():
         raise OpatlasError(f"{option} {path}: is a folder; give a file name")
-    blocker = next((p for p in path.parents if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
+    if (blocker := blocking_file(path)) is not None:
         raise OpatlasError(f"{option} {path}: {blocker} is a file, not a folder")
     try:
         with atomic_path(path) as tmp:

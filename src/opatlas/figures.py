@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from opatlas.atomic import blocking_file
 from opatlas.errors import OpatlasError
 
 
@@ -23,6 +24,8 @@ def check_plot_path(path: Path, option: str = "--plot") -> Path:
     if path.is_dir():
         raise OpatlasError(f"{option} {path}: is a folder; give a file name such as "
                            f"{path / 'plot.png'}")
+    if (blocker := blocking_file(path)) is not None:
+        raise OpatlasError(f"{option} {path}: {blocker} is a file, not a folder")
     if fmt not in _formats():
         raise OpatlasError(f"{option} {path}: unknown figure format {path.suffix or '(none)'!r};"
                            f" use one of {', '.join(sorted(_formats()))}")

@@ -123,7 +123,7 @@ def tensor_dram_accesses(nest: Nest, t: Tensor, factors: np.ndarray,
                          orders: dict[int, np.ndarray]) -> np.ndarray:
     """DRAM accesses (words) of tensor ``t`` for every mapping: first fetch of its DRAM-facing
     tile, plus the delta of every step of the temporal loops above it (Timeloop's legacy rule,
-    as :func:`opatlas.bounds.mapspace._step_cost`); outputs cost ``2·fetches − |O|``."""
+    as :func:`opatlas.bounds.mapspace.step_words`); outputs cost ``2·fetches − |O|``."""
     n, R = factors.shape[0], len(nest.ranks)
     rows = np.arange(n)
     tile = tile_of(factors, nest.tile_slots[t.name])

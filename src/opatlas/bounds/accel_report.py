@@ -35,10 +35,10 @@ from opatlas.bounds.accel import (
     utilization,
 )
 from opatlas.bounds.accel_search import local_search
-from opatlas.bounds.arch import Arch
+from opatlas.bounds.arch import Arch, Level
 from opatlas.bounds.einsum import Einsum
 from opatlas.bounds.frontier import Frontier, frontier
-from opatlas.errors import SpecError
+from opatlas.errors import OpatlasError, SpecError
 
 FIG24B_SIZES_KB = (0.125, 1, 8, 64, 512)
 
@@ -105,10 +105,14 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
         raise SpecError("word_bits must be a whole number of bytes", key="word_bits",
                         value=arch.word_bits)
     einsum = einsum.with_word_bytes(arch.word_bits // 8)
+    need = _check_fits(einsum, arch, level, sizes_bytes)
     f = bound if bound is not None else frontier(einsum)
     frames, searched, notes = [], [], []
     found: dict[float, MappingSet] = {}  # size -> the best the search found there
     for k, size in enumerate(sizes_bytes):
+        if size < need:
+            notes.append(f"{level} {size:g} B: no mapping fits (it needs at least {need:g} B)")
+            continue
         ms = sample_mappings(einsum, arch.with_size(level, size), mappings, seed=seed + k,
                              min_utilization=min_utilization)
         if len(ms) < mappings:
@@ -125,8 +129,44 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
                                 start=found[max(smaller)] if smaller else None)
             found[size] = best
             searched.append(_frame(best, f, level, size))
-    return AccelSweep(einsum, arch, level, f, pd.concat(frames, ignore_index=True), mappings,
-                      notes, pd.concat(searched, ignore_index=True) if searched else None)
+    points = pd.concat(frames, ignore_index=True)
+    if not len(points):
+        raise OpatlasError(
+            f"architecture {arch.name!r}: no valid mapping found at any {level} size"
+            + (f"; none keeps {min_utilization:.0%} of the {arch.macs} MACs busy (lower "
+               f"--min-utilization)" if min_utilization > 0 else
+               "; the buffers may leave too little room (try larger sizes or more --mappings)"))
+    return AccelSweep(einsum, arch, level, f, points, mappings, notes,
+                      pd.concat(searched, ignore_index=True) if searched else None)
+
+
+def least_bytes(arch: Arch, level: Level) -> float:
+    """Bytes memory ``level`` needs at the least: one word of each tensor it keeps (every
+    loop at DRAM makes every tile one element, which every fan-out allows)."""
+    return sum(level.bits.get(t, arch.word_bits) for t in level.keeps) / 8
+
+
+def _check_fits(einsum: Einsum, arch: Arch, level: str,
+                sizes_bytes: tuple[float, ...] | list[float]) -> float:
+    """The bytes the swept ``level`` needs at the least; an architecture on which no mapping
+    can fit (a fixed level too small, or every swept size) is an error naming the level."""
+    def what(lv: Level) -> str:
+        return ", ".join(f"{lv.bits.get(t, arch.word_bits)}-bit {t}" for t in lv.keeps)
+
+    swept = arch.level(level)
+    for lv in arch.levels[1:]:
+        if lv.kind == "memory" and lv.name != level and lv.size_bytes < least_bytes(arch, lv):
+            raise OpatlasError(
+                f"architecture {arch.name!r}: no mapping fits: level {lv.name!r} holds "
+                f"{lv.size_bytes:g} B, but the smallest mapping needs {least_bytes(arch, lv):g} "
+                f"B there (one word each of {what(lv)})")
+    need = least_bytes(arch, swept) if swept.kind == "memory" else 0.0
+    if sizes_bytes and max(sizes_bytes) < need:
+        raise OpatlasError(
+            f"architecture {arch.name!r}: no mapping fits: every {level} size (largest "
+            f"{max(sizes_bytes):g} B) is below the {need:g} B the smallest mapping needs there "
+            f"(one word each of {what(swept)})")
+    return need
 
 
 def _frame(ms: MappingSet, f: Frontier, level: str, size: float) -> pd.DataFrame:

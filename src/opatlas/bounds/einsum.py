@@ -146,7 +146,14 @@ def from_index_string(spec: str, dims: dict[str, int], word_bytes: int = 1) -> E
     """A general Einsum from ``"mk,kn->mn"``; each letter is a rank, sized by ``dims``."""
     m = re.fullmatch(r"\s*([a-zA-Z,\s]+)->\s*([a-zA-Z]+)\s*", spec)
     if not m:
-        raise ValueError(f"einsum {spec!r}: expected inputs '->' output, e.g. 'mk,kn->mn'")
+        inputs, arrow, out = spec.partition("->")
+        if arrow and not inputs.strip():
+            raise ValueError(f"einsum {spec!r}: no input operand before '->'; a bound needs "
+                             f"the inputs, e.g. 'mk,kn->mn'")
+        odd = sorted({c for c in inputs + out if not (c.isascii() and c.isalpha()) and c not in
+                      ", "} if arrow else set())
+        raise ValueError(f"einsum {spec!r}: expected inputs '->' output, e.g. 'mk,kn->mn'"
+                         + (f" (ranks are letters; {''.join(odd)!r} is not)" if odd else ""))
     inputs = [s.strip() for s in m.group(1).split(",")]
     out = m.group(2)
     if not all(inputs):

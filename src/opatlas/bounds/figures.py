@@ -14,11 +14,15 @@ from opatlas.bounds.problems import FIG12_LEGENDS, FIGURES
 
 
 def write_artifact_csv(f: Frontier, path: Path, option: str = "--artifact-csv") -> Path:
-    """The artifact's ``orojenesis.csv``: no header, its column order, ascending buffer."""
+    """The artifact's ``orojenesis.csv``: no header, its column order, ascending buffer
+    (gzip-compressed for a .csv.gz name; ``-`` is standard output)."""
+    import gzip
+
     from opatlas.atomic import write_output
 
     def write(tmp: Path) -> None:
-        with tmp.open("w", newline="") as fh:
+        opener = gzip.open if str(path).lower().endswith(".gz") else open
+        with opener(tmp, "wt", newline="") as fh:
             csv.writer(fh).writerows(f.artifact_rows())
 
     return write_output(path, write, option)

@@ -11,18 +11,8 @@ import numpy as np
 import pandas as pd
 
 from opatlas.bounds.einsum import Einsum
-from opatlas.bounds.mapspace import Mapspace, build_mapspace
-
-
-def pareto_indices(buffer: np.ndarray, accesses: np.ndarray) -> np.ndarray:
-    """Indices of the frontier points, ascending buffer, strictly decreasing accesses."""
-    order = np.lexsort((accesses, buffer))
-    b, a = buffer[order], accesses[order]
-    first = np.ones(len(b), dtype=bool)
-    first[1:] = b[1:] != b[:-1]  # best accesses per buffer size
-    order, a = order[first], a[first]
-    prev_min = np.minimum.accumulate(np.concatenate(([np.iinfo(np.int64).max], a[:-1])))
-    return order[a < prev_min]
+from opatlas.bounds.mapspace import Mapspace, TilingSpace, build_mapspace
+from opatlas.bounds.prune import frontier_tilings, pareto_indices
 
 
 @dataclass
@@ -132,12 +122,18 @@ def describe_mapping(m: dict[str, Any]) -> str:
 
 def frontier(einsum: Einsum, *, imperfect: bool = False,
              resident: frozenset[str] | set[str] = frozenset()) -> Frontier:
-    """Compute the exact frontier of ``einsum`` (see :mod:`opatlas.bounds.mapspace`)."""
-    ms = build_mapspace(einsum, imperfect=imperfect, resident=resident)
-    return frontier_from_mapspace(ms)
+    """Compute the exact frontier of ``einsum`` (see :mod:`opatlas.bounds.mapspace`), streaming
+    the tilings and pruning those that cannot be on it (:mod:`opatlas.bounds.prune`)."""
+    space = TilingSpace.of(einsum, imperfect=imperfect, resident=resident)
+    flat = np.sort(frontier_tilings(space))
+    ms = build_mapspace(einsum, imperfect=imperfect, resident=resident, tiles=space.tiles(flat))
+    return frontier_from_mapspace(ms, tilings=space.size, mapspace_size=space.mapping_count())
 
 
-def frontier_from_mapspace(ms: Mapspace) -> Frontier:
+def frontier_from_mapspace(ms: Mapspace, *, tilings: int | None = None,
+                           mapspace_size: int | None = None) -> Frontier:
+    """The frontier of the tilings of ``ms``; ``tilings`` and ``mapspace_size`` say how big the
+    whole space was when ``ms`` holds only some of it."""
     idx = pareto_indices(ms.buffer, ms.accesses)
     mappings, per_tensor = [], []
     for i in idx:
@@ -151,4 +147,5 @@ def frontier_from_mapspace(ms: Mapspace) -> Frontier:
     return Frontier(buffer=ms.buffer[idx].astype(np.int64),
                     accesses=ms.accesses[idx].astype(np.int64), label=ms.einsum.name,
                     einsum=ms.einsum, mappings=mappings, per_tensor=per_tensor,
-                    mapspace_size=ms.mapping_count(), tilings=ms.size, imperfect=ms.imperfect)
+                    mapspace_size=ms.mapping_count() if mapspace_size is None else mapspace_size,
+                    tilings=ms.size if tilings is None else tilings, imperfect=ms.imperfect)

@@ -1,6 +1,7 @@
 """A brute-force reference enumerator: plain Python, one mapping at a time, simulating the
 backing-store loop nest iteration by iteration. Slow on purpose; it exists to check the fast
-vectorised model exactly on small problems."""
+vectorised model exactly on small problems. An imperfect tiling's edge tiles hold only the
+tensor elements that exist."""
 
 from __future__ import annotations
 
@@ -11,27 +12,31 @@ from opatlas.bounds.einsum import Einsum, Tensor
 from opatlas.bounds.mapspace import ceil_tiles, divisors
 
 
-def _box(t: Tensor, start: dict[str, int], tile: dict[str, int]) -> list[tuple[int, int]]:
-    """The tensor tile's bounding box: per dimension (first coordinate, extent)."""
+def _box(t: Tensor, start: dict[str, int], tile: dict[str, int],
+         sizes: dict[str, int] | None = None) -> list[tuple[int, int]]:
+    """The tensor tile's bounding box: per dimension (first coordinate, extent). With
+    ``sizes``, a rank's tile stops at the rank's end (an imperfect tiling's edge tile)."""
     out = []
     for dim in t.dims:
         lo = sum(c * start[r] for r, c in dim)
-        out.append((lo, sum(c * (tile[r] - 1) for r, c in dim) + 1))
+        lens = {r: tile[r] if sizes is None else min(tile[r], sizes[r] - start[r])
+                for r, _ in dim}
+        out.append((lo, sum(c * (lens[r] - 1) for r, c in dim) + 1))
     return out
 
 
 def _delta(cur: list[tuple[int, int]], prev: list[tuple[int, int]] | None) -> int:
+    """Words the tile ``cur`` brings after ``prev``: all of it if it moved along two or more
+    dimensions, else its part outside ``prev``."""
     size = math.prod(e for _, e in cur)
     if prev is None:
         return size
     moved = [d for d, (a, b) in enumerate(zip(cur, prev, strict=True)) if a[0] != b[0]]
-    if not moved:
-        return 0
     if len(moved) > 1:
         return size
-    d = moved[0]
-    overlap = max(0, cur[d][1] - abs(cur[d][0] - prev[d][0]))
-    return size // cur[d][1] * (cur[d][1] - overlap)
+    overlap = math.prod(max(0, min(a0 + e0, a1 + e1) - max(a0, a1))
+                        for (a1, e1), (a0, e0) in zip(cur, prev, strict=True))
+    return size - overlap
 
 
 def mapping_accesses(einsum: Einsum, tile: dict[str, int], order: list[str]) -> dict[str, int]:
@@ -52,7 +57,7 @@ def loop_nest_accesses(einsum: Einsum, tile: dict[str, int],
         for (r, _, stride), i in zip(loops, idx, strict=True):
             start[r] += i * stride
         for t in einsum.tensors:
-            box = _box(t, start, tile)
+            box = _box(t, start, tile, einsum.ranks)
             content[t.name] += _delta(box, prev[t.name])
             prev[t.name] = box
     out = {}

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from typer.core import TyperCommand
 
-from opatlas.cli.common import checked_plot, checked_table, options_given
+from opatlas.cli.common import checked_plot, checked_table, one_to_stdout, options_given
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
@@ -18,13 +19,50 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Orojenesis data-movement bounds: minimum backing-store traffic for "
                        "every on-chip buffer size.", no_args_is_help=True)
 
+
+def _table_path(param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """``--csv``: a table file (checked as every ``--csv`` is), or ``-`` for standard output."""
+    if value is not None and str(value) == "-":
+        return value
+    return checked_table(param, value)
+
+
+def _artifact_csv_path(value: Path | None) -> Path | None:
+    """``--artifact-csv``: the artifact's header-less CSV, so a .csv or .csv.gz name (or ``-``
+    for standard output); Parquet needs the tidy table's column names (``--csv``)."""
+    if value is None or str(value) == "-":
+        return value
+    if value.is_dir():
+        raise typer.BadParameter(f"{value} is a folder; give a file name such as "
+                                 f"{value / 'orojenesis.csv'}")
+    if not value.name.lower().endswith((".csv", ".csv.gz")):
+        raise typer.BadParameter(
+            f"{value}: the artifact's orojenesis.csv is header-less CSV, so give a .csv or "
+            f".csv.gz name (--csv {value.name} writes the tidy frontier"
+            + (" as Parquet)" if value.name.lower().endswith(".parquet") else ")"))
+    _check_parent(value)
+    return value
+
+
+def _check_parent(path: Path) -> None:
+    """A path under a file (``notes.txt/fig.png``) cannot be made: say which file blocks it."""
+    from opatlas.atomic import blocking_file
+
+    if (blocker := blocking_file(path)) is not None:
+        raise typer.BadParameter(f"{path}: {blocker} is a file, not a folder")
+
+
 JsonOpt = typer.Option(False, "--json", help="Print the frontier as JSON.")
-CsvOpt = typer.Option(None, "--csv", callback=checked_table,
-                      help="Write the tidy frontier (.csv, .csv.gz or .parquet).")
-ArtCsvOpt = typer.Option(None, "--artifact-csv", callback=checked_table,
-                         help="Write the artifact's orojenesis.csv.")
+CsvOpt = typer.Option(None, "--csv", callback=_table_path,
+                      help="Write the tidy frontier (.csv, .csv.gz or .parquet; - for "
+                           "standard output).")
+ArtCsvOpt = typer.Option(None, "--artifact-csv", callback=_artifact_csv_path,
+                         help="Write the artifact's orojenesis.csv (header-less; .csv or "
+                              ".csv.gz; - for standard output).")
 PlotOpt = typer.Option(None, "--plot", callback=checked_plot,
                        help="Write the accesses-vs-buffer plot (.png/.pdf).")
+
+
 def _checked_at(value: float | None) -> float | None:
     """``--at``: a buffer size is a finite number of words, at least 1."""
     if value is not None and not (math.isfinite(value) and value >= 1):
@@ -37,18 +75,38 @@ AtOpt = typer.Option(None, "--at", callback=_checked_at,
 WordOpt = typer.Option(1, "--word-bytes", min=1, help="Bytes per word (1 as the artifact).")
 ImperfectOpt = typer.Option(False, "--imperfect",
                             help="Also allow ceil (imperfect) tiles, beyond the artifact; the "
-                                 "last, partial tile of a rank is counted as moved whole "
-                                 "(padded), as hardware moving fixed tiles pays.")
+                                 "buffer holds whole tiles, and a rank's last, partial tile "
+                                 "moves only the elements that exist.")
+
+
+def _write_table(frame: Any, path: Path) -> None:
+    """``--csv``: the table to its file, or as CSV to standard output for ``-``."""
+    if str(path) == "-":
+        from opatlas.atomic import write_output
+
+        write_output(path, lambda tmp: frame.to_csv(tmp, index=False), "--csv")
+        return
+    from opatlas.tables import write_table
+
+    write_table(frame, path, "--csv")
+
+
+def _one_stdout(outputs: dict[str, bool]) -> None:
+    """A table sent to standard output (``--csv -``) must be the only thing printed there;
+    ``outputs``: each output's option -> whether it prints (results, ``-`` tables)."""
+    if any(used for opt, used in outputs.items() if opt.endswith(" -")):
+        one_to_stdout(outputs)
 
 
 def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
           plot: Path | None, at: float | None, imperfect: bool) -> None:
     from opatlas.bounds import frontier
+
+    to_stdout = {"--csv -": str(csv) == "-", "--artifact-csv -": str(artifact_csv) == "-"}
+    _one_stdout({**to_stdout, "--json": as_json, "--at": at is not None})
     f = frontier(e, imperfect=imperfect)
     if csv is not None:
-        from opatlas.tables import write_table
-
-        write_table(f.to_frame(), csv, "--csv")
+        _write_table(f.to_frame(), csv)
     if artifact_csv is not None:
         from opatlas.bounds.figures import write_artifact_csv
 
@@ -59,6 +117,8 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
         wb = e.word_bytes  # the plot is in bytes, as its axes say
         plot_frontiers([f], plot, plot_min=True, y_end=float(f.buffer[-1]) * 10 * wb,
                        coefficient=wb)
+    if any(to_stdout.values()):
+        return  # the table on standard output is the answer
     if at is not None:
         value = f.lookup(at)
         if as_json:
@@ -79,11 +139,10 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
 def _print(f: Frontier) -> None:
     """The frontier as a rich table. Every data string is escaped: rich would take a mapping
     such as ``DRAM[b8 m256 ...]`` for a markup tag and drop it."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from opatlas.console import print_wide
+    from opatlas.console import make_console, print_wide
 
     table = Table("buffer (words)", "accesses (words)", "OI (op/B)", "mapping",
                   title=escape(f"{f.einsum.name}: {len(f.buffer)} frontier points of "
@@ -92,7 +151,7 @@ def _print(f: Frontier) -> None:
     for b, a, o, m in zip(f.buffer, f.accesses, f.oi(), f.to_frame()["mapping"], strict=True):
         table.add_row(f"{b:,}", f"{a:,}", f"{o:.2f}", escape(str(m)))
     print_wide(table)
-    console = Console()
+    console = make_console()
     console.print(f"algo min {f.algo_min:,}  algo max {f.algo_max:,}  maximal effectual "
                   f"buffer {f.max_effectual_buffer:,} ({100 * f.max_effectual_ratio:.2f}% of "
                   f"the operands)")
@@ -277,7 +336,22 @@ def _parse_dims(dims: list[str]) -> dict[str, int]:
     return sizes
 
 
-@app.command("einsum")
+class _ExpressionCommand(TyperCommand):
+    """``bound einsum``: an expression that starts with '-' (``"->mn"``) is the EXPRESSION,
+    where click would stop at it as an unknown option. It is moved behind a ``--``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        valued = {o for p in self.params if p.param_type_name == "option"
+                  and not getattr(p, "is_flag", False) for o in p.opts}
+        if "--" not in args:
+            for i, a in enumerate(args):
+                if a.startswith("-") and "->" in a and (i == 0 or args[i - 1] not in valued):
+                    args = [*args[:i], *args[i + 1:], "--", a]
+                    break
+        return super().parse_args(ctx, args)
+
+
+@app.command("einsum", cls=_ExpressionCommand)
 def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->mn".'),
                dims: list[str] = typer.Option(..., "--dims", help="Sizes: m=64,k=32 (repeatable)."),
                word_bytes: int = WordOpt, as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
@@ -288,6 +362,8 @@ def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->
     Example:
 
         opatlas bound einsum "bmk,bkn->bmn" --dims b=8,m=512,k=64,n=512
+
+    An expression may start with '-' (it is not taken for an option).
     """
     from opatlas.bounds import from_index_string
 
@@ -361,11 +437,14 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
 
         opatlas bound figures figs/
     """
+    from opatlas.atomic import blocking_file
     from opatlas.bounds.figures import make_figures
 
     if outdir.exists() and not outdir.is_dir():
         raise OpatlasError(f"bound figures {outdir}: is a file; give a folder (it is made if "
                            f"missing)")
+    if (blocker := blocking_file(outdir)) is not None:
+        raise OpatlasError(f"bound figures {outdir}: {blocker} is a file, not a folder")
     for path in make_figures(outdir):
         typer.echo(str(path))
 
@@ -445,8 +524,9 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
                   40, "--search-rounds", min=0,
                   help="Rounds of local search from each size's best mappings (0: none)."),
               plot: Path | None = PlotOpt, csv: Path | None = typer.Option(
-                  None, "--csv", callback=checked_table,
-                  help="Write every mapping (.csv, .csv.gz or .parquet)."),
+                  None, "--csv", callback=_table_path,
+                  help="Write every mapping (.csv, .csv.gz or .parquet; - for standard "
+                       "output)."),
               as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
               strict: bool = typer.Option(False, "--strict",
                                           help="Fail if a size gets fewer valid mappings.")
@@ -467,6 +547,7 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
     from opatlas.bounds.accel_report import sweep_buffer_sizes
     from opatlas.bounds.arch import load_arch
 
+    _one_stdout({"--csv -": str(csv) == "-", "--json": as_json})
     e = _accel_problem(problem, dims or [])
     sweep = sweep_buffer_sizes(e, load_arch(arch), level=level,
                                sizes_bytes=_kb_list(buffer_sizes), mappings=mappings, seed=seed,
@@ -476,14 +557,14 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
             raise OpatlasError(f"{note}; --strict")
         print(f"warning: {note}", file=sys.stderr)
     if csv is not None:
-        from opatlas.tables import write_table
-
-        write_table(sweep.points, csv, "--csv")
+        _write_table(sweep.points, csv)
     if plot is not None:
         from opatlas.bounds.plots import plot_accel_sweep
 
         plot_accel_sweep(sweep.frontier, sweep.points, plot, level=level,
                          title=f"{sweep.arch.name}: {e.name}", searched=sweep.searched)
+    if str(csv) == "-":
+        return  # the mappings on standard output are the answer
     if as_json:
         typer.echo(json.dumps(sweep.to_json(), default=float))
         return
@@ -492,11 +573,10 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
 
 def _print_accel(sweep) -> None:
     """The sweep as rich tables; names and mappings escaped as in ``_print``."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from opatlas.console import print_wide
+    from opatlas.console import make_console, print_wide
 
     best = sweep.best()
     table = Table("size (B)", "maps", "best DRAM", "bound", "gap", "below", "gap@tile", "util",
@@ -508,7 +588,7 @@ def _print_accel(sweep) -> None:
                       f"{r.below_bound_at_capacity}", f"{100 * r.gap_to_bound_at_tile:+.1f}%",
                       f"{100 * r.best_utilization:.0f}%")
     print_wide(table)
-    console = Console()
+    console = make_console()
     for r in best.itertuples():
         console.print(escape(f"best at {r.capacity_bytes:,.0f} B: {r.best_mapping}"),
                       soft_wrap=True)

@@ -64,3 +64,16 @@ def checked_table(param: typer.CallbackParam, value: Path | None) -> Path | None
         return check_table_path(value, option)
     except OpatlasError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{option} {value}: ")) from None
+
+
+def one_to_stdout(outputs: dict[str, bool]) -> None:
+    """At most one output on standard output: two would run together into one stream that
+    no reader can split (CSV then JSON). ``outputs``: each output as the user wrote it
+    (``--csv -``, ``--json``) -> whether it writes there."""
+    from opatlas.errors import OpatlasError
+
+    there = [label for label, used in outputs.items() if used]
+    if len(there) > 1:
+        raise OpatlasError(f"{', '.join(there[:-1])} and {there[-1]} all write to standard "
+                           f"output, where they would run together: send one there, the "
+                           f"others to files")
