@@ -31,7 +31,7 @@ def _with(args: tuple[str, ...], option: str, value: str) -> list[str]:
     ("--consumer", "7x0", "positive integers"),
     ("--consumer", "9x1", "1..8"),
     ("--strategy", "FOO", "BLOCK, WIDTH, HEIGHT"),
-    ("--strategy", "height", "did you mean HEIGHT"),
+    ("--strategy", "hight", "BLOCK, WIDTH, HEIGHT"),
 ])
 def test_reblock_bad_grid_or_strategy_is_one_line(capsys, option, value, expected):
     code, _, err = cli_in_process(capsys, "reblock", *_with(README_REBLOCK, option, value))

@@ -71,13 +71,15 @@ def _grid(option: str, text: str, rows_first: bool) -> tuple[int, int]:
 
 
 def _strategy(text: str) -> str:
+    """``--strategy`` in any case (block, Block, BLOCK); the error names the text as given."""
     from opatlas.errors import OpatlasError
-    from opatlas.tenstorrent.reshard import parse_strategy
+    from opatlas.tenstorrent.reshard import STRATEGIES, parse_strategy
 
     try:
-        return parse_strategy(text)
-    except ValueError as exc:
-        raise OpatlasError(f"--strategy: {exc}") from None
+        return parse_strategy(text.strip().upper())
+    except ValueError:
+        raise OpatlasError(f"--strategy: unknown shard strategy {text!r}; expected one of "
+                           f"{', '.join(STRATEGIES)} (any case)") from None
 
 
 def reblock(
@@ -86,7 +88,8 @@ def reblock(
     consumer: str = typer.Option(..., "--consumer", help="Consumer grid XxY."),
     height: int = typer.Option(..., "--height", min=1, help="Tensor height in tiles."),
     width: int = typer.Option(..., "--width", min=1, help="Tensor width in tiles."),
-    strategy: str = typer.Option("BLOCK", "--strategy", help="BLOCK, WIDTH or HEIGHT."),
+    strategy: str = typer.Option("BLOCK", "--strategy",
+                                 help="BLOCK, WIDTH or HEIGHT (any case)."),
     rows_first: bool = typer.Option(False, "--rows-first",
                                     help="Read grids as rows x columns (PyBuda's notation)."),
 ) -> None:

@@ -165,23 +165,31 @@ def dram_bw(arch: str, dram_cores: int) -> float:
     return WH_DRAM_BW / 2  # grayskull: same rule without channel data
 
 
+def input_pipe(op: NetOp, i: int, nl: Netlist, graph_ops: dict[str, NetOp]) -> str:
+    """Where input ``i`` comes from, by the balancer's rule: noc (an op of the epoch), pcie (a
+    host queue), dram (a non-prologue DRAM queue) or prologue (loaded into L1 once, not read
+    per input). :func:`limiter` reads each at its bandwidth; the analyzer counts its bytes."""
+    name = op.inputs[i]
+    q = nl.queues.get(name)
+    if name in graph_ops or q is None:
+        return "noc"
+    if q.loc == "host":
+        return "pcie"
+    return "dram" if op.input_is_dram[i] else "prologue"
+
+
 def limiter(op: NetOp, kernel: int, netlist: Netlist, graph_ops: dict[str, NetOp]
             ) -> tuple[int, str]:
     """max(kernel, each input's read cycles, the output's write cycles)."""
     best, why = kernel, "compute"
-    for i, name in enumerate(op.inputs):
+    for i in range(len(op.inputs)):
+        kind = input_pipe(op, i, netlist, graph_ops)
+        if kind == "prologue":
+            continue  # loaded into L1 once, not read per input
+        bw = {"noc": NOC_BW, "pcie": PCIE_BW / op.cores}.get(kind) or \
+            dram_bw(netlist.arch, op.cores)
         df = op.in_df[i] if i < len(op.in_df) else op.out_df
-        nbytes = input_tiles_per_core(op, i) * tile_bytes(df)
-        q = netlist.queues.get(name)
-        if name in graph_ops or q is None:
-            bw, kind = NOC_BW, "noc"
-        elif q.loc == "host":
-            bw, kind = PCIE_BW / op.cores, "pcie"
-        elif op.input_is_dram[i]:
-            bw, kind = dram_bw(netlist.arch, op.cores), "dram"
-        else:
-            continue  # a prologue queue: loaded into L1 once, not read per input
-        cyc = math.ceil(nbytes / bw)
+        cyc = math.ceil(input_tiles_per_core(op, i) * tile_bytes(df) / bw)
         if cyc > best:
             best, why = cyc, f"{kind} in{i}"
     out_bytes = op.tiles_per_core * tile_bytes(op.out_df)

@@ -10,8 +10,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from opatlas.tenstorrent.netlist import Netlist, NetOp
-from opatlas.tenstorrent.opmodel import OpEstimate, estimate
+from opatlas.tenstorrent.netlist import Netlist, NetOp, Queue
+from opatlas.tenstorrent.opmodel import (
+    OpEstimate,
+    estimate,
+    input_pipe,
+    input_tiles_per_core,
+    tile_bytes,
+)
 from opatlas.tenstorrent.pybuda_run import epoch_key
 from opatlas.tenstorrent.reblock import reblock
 from opatlas.tenstorrent.reshard import is_tilable
@@ -68,6 +74,59 @@ def _epoch_summary(e: int, ests: list[tuple[NetOp, OpEstimate]], nl: Netlist,
             "util": int(1000 * util) / 10,
             "matmul_cores": sum(o.cores for o, _ in ests if o.type == "matmul"),
             "ops": len(ests), "unmodelled": len(ests) - len(modelled)}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The bytes one op moves per input, by where they come from or go (what the roofline's
+    memory term may count: DRAM only; NoC and PCIe traffic have their own peaks)."""
+
+    dram: float   # read from non-prologue DRAM queues, written to DRAM queues
+    noc: float    # received over the NoC from ops of the same epoch (on chip, L1 to L1)
+    pcie: float   # read from or written to host queues
+    dram_bytes_s: float = 288e9  # the chip's DRAM peak (:func:`dram_peak_bytes_s`)
+
+
+# DRAM peaks per chip, the largest board of each arch (a bound must not be above a real time):
+# Wormhole n150/n300 288 GB/s a chip; Grayskull e150 118.4 GB/s (e75: 102.4)
+DRAM_PEAK_BYTES_S = {"wormhole": 288e9, "grayskull": 118.4e9}
+
+
+def dram_peak_bytes_s(arch: str) -> float:
+    """The DRAM bandwidth of one chip of ``arch`` (a netlist's ``arch``: wormhole_b0 ...);
+    Wormhole's for an arch not known here (the larger: a looser bound, never a wrong one)."""
+    return next((v for k, v in DRAM_PEAK_BYTES_S.items() if arch.lower().startswith(k)),
+                max(DRAM_PEAK_BYTES_S.values()))
+
+
+def queue_bytes(q: Queue) -> float:
+    """One entry of a queue: t · height · width tiles in the queue's data format."""
+    ht, wt = q.out_tiles
+    return float(q.t * ht * wt * tile_bytes(q.df))
+
+
+def traffic(op: NetOp, nl: Netlist, graph_ops: dict[str, NetOp]) -> Traffic:
+    """Per input: a DRAM input is its queue's entry read once (the least any schedule reads;
+    a broadcast reads no more than the queue holds); the output is written once to each queue
+    it feeds; NoC bytes are the tiles the op's cores receive from ops of the epoch (each core
+    its own slice: a matmul's row / column strip of K)."""
+    dram = noc = pcie = 0.0
+    for i, name in enumerate(op.inputs):
+        pipe = input_pipe(op, i, nl, graph_ops)
+        if pipe == "noc":
+            df = op.in_df[i] if i < len(op.in_df) else op.out_df
+            noc += input_tiles_per_core(op, i) * tile_bytes(df) * op.cores
+        elif pipe == "dram":
+            dram += queue_bytes(nl.queues[name])
+        elif pipe == "pcie":
+            pcie += queue_bytes(nl.queues[name])
+    for q in nl.queues.values():
+        if q.producer == op.name:
+            if q.loc == "host":
+                pcie += queue_bytes(q)
+            else:
+                dram += queue_bytes(q)
+    return Traffic(dram, noc, pcie, dram_peak_bytes_s(nl.arch))
 
 
 def overlap(n: int, producers: int, consumers: int) -> int:

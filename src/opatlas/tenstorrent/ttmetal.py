@@ -158,8 +158,9 @@ def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[s
     sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
     named = bool(w.start_signpost or w.end_signpost)
     if named and sel[sel["OP TYPE"] != "signpost"].empty:
-        msg = (f"{path}: no device operation {_window_text(w, signposts)} (is the end "
-               f"signpost before the start one?)")
+        hint = (" (is the end signpost before the start one?)"
+                if w.start_signpost and w.end_signpost else "")
+        msg = f"{path}: no device operation {_window_text(w, signposts)}{hint}"
         if strict:
             raise OpatlasError(msg)
         return sel, _window_text(w, signposts), [msg]
@@ -180,13 +181,29 @@ def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[s
 
 
 def _window_text(w: Window, signposts: list[str]) -> str:
+    """The window as tt-perf-report's filter_by_signpost selects it: a named signpost is its
+    first occurrence (an end equal to the start: the second), and the default window starts
+    after the first signpost bearing the last signpost's name."""
     if w.ignore_signposts or not signposts:
         return "whole file" + (" (signposts ignored)" if signposts else "")
     if w.start_signpost or w.end_signpost:
-        start = f"after {w.start_signpost!r}" if w.start_signpost else "from the start"
-        end = f"until {w.end_signpost!r}" if w.end_signpost else "to the end"
+        start = (f"after {_occurrence(w.start_signpost, 0, signposts)}" if w.start_signpost
+                 else "from the start")
+        nth = 1 if w.end_signpost == w.start_signpost else 0
+        end = (f"until {_occurrence(w.end_signpost, nth, signposts)}"
+               if w.end_signpost and nth < signposts.count(w.end_signpost) else "to the end")
         return f"{start} {end}"
-    return f"after the last signpost {signposts[-1]!r}"
+    last = signposts[-1]
+    if signposts.count(last) == 1:
+        return f"after the last signpost {last!r}"
+    return (f"after {_occurrence(last, 0, signposts)} (the last signpost's name: "
+            f"tt-perf-report starts at its first)")
+
+
+def _occurrence(name: str, nth: int, signposts: list[str]) -> str:
+    """A signpost as the window uses it: its name where it occurs once, else which one."""
+    count = signposts.count(name)
+    return repr(name) if count == 1 else f"the {('first', 'second')[nth]} of {count} {name!r}"
 
 
 def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ KIND = "pybuda"
 # a core's matmul peak: one 32x32x32 tile product per 16 cycles at LoFi (§B.4's tile_weight)
 MATMUL_FLOP_PER_CYCLE = 2 * 32**3 / 16
 WH_L1_BYTES = 1464 * 1024  # a Wormhole core's L1 (MEM_L1_SIZE)
-WH_DRAM_BYTES_S = 288e9  # Wormhole n150 DRAM bandwidth (as tt-perf-report's Wormhole spec)
 
 
 def detect(path: Path) -> bool:
@@ -56,10 +55,13 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     spatial = bool(extra.get("spatial_epochs", False))
     if has_perf_results(folder):
         return measured_analysis(netlist, folder, spatial)
-    msg = (f"{folder} has no perf_results/analyzer_results (the backend perf analyzer's "
-           f"output): showing the netlist's own estimate (op model and bandwidth limits)")
+    missing = (f"{folder} has no perf_results/analyzer_results (the backend perf analyzer's "
+               f"output)")
     if options.strict:
-        raise OpatlasError(msg + "; --strict asks for measured results")
+        raise OpatlasError(f"{missing}; --strict asks for measured results and refuses to show "
+                           f"the netlist's own estimate instead (give --dir a run folder with "
+                           f"perf_results/, or leave out --strict)")
+    msg = f"{missing}: showing the netlist's own estimate (op model and bandwidth limits)"
     a = estimate_analysis(netlist, spatial)
     a.summary["notes"] = [msg, *a.summary["notes"]]  # the CLI says notes on stderr
     return a
@@ -102,14 +104,11 @@ def matmul_flops(op: Any) -> float:
     return 0.0 if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
 
 
-def tensor_bytes(op: Any) -> float:
-    from opatlas.tenstorrent.opmodel import input_tiles_per_core, tile_bytes
-
-    total = op.tiles_per_core * tile_bytes(op.out_df)
-    for i in range(len(op.inputs)):
-        df = op.in_df[i] if i < len(op.in_df) else op.out_df
-        total += input_tiles_per_core(op, i) * tile_bytes(df)
-    return float(total * op.cores)
+def bound_s(floor_s: float | None, traffic: Any) -> float | None:
+    """The roofline bound: the larger of a compute-side floor (matmul math cycles, or the
+    kernel measured with infinite bandwidth) and the least time of the op's DRAM traffic at
+    the chip's DRAM peak; None where neither applies."""
+    return max(floor_s or 0.0, traffic.dram / traffic.dram_bytes_s) or None
 
 
 def _limiter(problem: str, op: Any) -> str:
@@ -129,22 +128,26 @@ def _shape(op: Any) -> dict[str, Any]:
     return s
 
 
-def _common(op: Any, epoch: int, clock: float) -> dict[str, Any]:
+def _common(op: Any, epoch: int, traffic: Any) -> dict[str, Any]:
+    """The columns both modes share; ``bytes`` (the roofline's memory term) is DRAM traffic
+    only: what an op receives over the NoC from its epoch stays on chip (``noc_bytes``)."""
     return {"op": op.name, "pass": op.pass_, "calls": 1, "group": epoch, "epoch": epoch,
             "type": op.type, "graph": op.graph, "grid": f"{op.grid[0]}x{op.grid[1]}",
             "cores": op.cores, "tiles": op.tiles_per_core * op.cores,
             "mb": f"{op.mblock[0]},{op.mblock[1]}",
             "ub": f"{op.ublock[0]},{op.ublock[1]}", "t": op.t, "m/u_kt": _mukt(op),
-            "flops": matmul_flops(op), "bytes": tensor_bytes(op), "shape": _shape(op),
+            "flops": matmul_flops(op), "bytes": traffic.dram, "noc_bytes": traffic.noc,
+            "pcie_bytes": traffic.pcie, "shape": _shape(op),
             "gemm": gemm_dims(op)}
 
 
-def _measured_row(rec: dict[str, Any], clock: float, n_in: int) -> dict[str, Any]:
+def _measured_row(rec: dict[str, Any], clock: float, n_in: int, traffic: Any
+                  ) -> dict[str, Any]:
     op = rec["op"]
     flags = [f for f in [_mukt_flag(op)] if f]
-    row = {**_common(op, rec["epoch"], clock),
+    row = {**_common(op, rec["epoch"], traffic),
            "time_s": rec["bw_kernel_cycles"] / clock,
-           "bound_time_s": rec["kernel_cycles"] / clock,
+           "bound_time_s": bound_s(rec["kernel_cycles"] / clock, traffic),
            "limiter": _limiter(rec["bw_problem"], op),
            "estimated_cycles": rec["estimated_cycles"], "kernel_cycles": rec["kernel_cycles"],
            "util": rec["util"] / 100, "estimated_lim_cycles": rec["estimated_lim_cycles"],
@@ -162,14 +165,38 @@ def _measured_row(rec: dict[str, Any], clock: float, n_in: int) -> dict[str, Any
         if b and b["actual"] < b["required"]:
             flags.append(f"in{i} below required")
     row["flags"] = ", ".join(flags)
-    return _rates(row)
+    return _rates(row, "measured")
 
 
-def _rates(row: dict[str, Any]) -> dict[str, Any]:
+BELOW_BOUND = "below bound"  # the flag of a row whose time is under its bound
+
+
+def _rates(row: dict[str, Any], what: str) -> dict[str, Any]:
+    """FLOP/s and headroom; a time under the bound (the data contradicts the bound) is
+    flagged, never shown as if it were fine."""
     t, b = row["time_s"], row["bound_time_s"]
     row["achieved_flops_s"] = row["flops"] / t if t and row["flops"] else None
+    row["achieved_bytes_s"] = row["bytes"] / t if t and row["bytes"] else None
     row["headroom"] = t / b if t and b else None
+    if row["headroom"] is not None and row["headroom"] < 1 - 1e-9:
+        flag = f"{BELOW_BOUND}: {what} time is {row['headroom']:.2f}x the bound"
+        row["flags"] = ", ".join(f for f in (row.get("flags"), flag) if f)
     return row
+
+
+def below_bound_note(rows: pd.DataFrame, what: str, arch: str) -> list[str]:
+    """A note naming the rows whose time is under their bound (flagged in the table)."""
+    if "flags" not in rows:
+        return []
+    low = rows[rows["flags"].fillna("").str.contains(BELOW_BOUND, regex=False)]
+    if low.empty:
+        return []
+    from opatlas.tenstorrent.pybuda_estimate import dram_peak_bytes_s
+
+    names = ", ".join(low["op"].head(5)) + (" ..." if len(low) > 5 else "")
+    return [f"{len(low)} op(s) have a {what} time below their bound (DRAM bytes at "
+            f"{dram_peak_bytes_s(arch) / 1e9:.0f} GB/s, or the compute floor): {names}; flagged "
+            f"'{BELOW_BOUND}' — the data contradict the bound, check them"]
 
 
 def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
@@ -210,8 +237,9 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
                        help="most producer cores one core of this op gathers an input from"))
     cols.append(Column(key="flags", label="flags",
                        help="highlights of PyBuda's perf analyzer: bad/good m_k/u_kt, a pipe "
-                            "below its required bandwidth"))
-    return cols + _common_cols("measured", "kernel time per input (infinite bandwidth)")
+                            "below its required bandwidth; and a time below its bound"))
+    return cols + _common_cols("measured", "max(kernel time per input with infinite "
+                                           "bandwidth, DRAM bytes / DRAM peak)")
 
 
 def _common_cols(time_role: str, bound_help: str) -> list[Column]:
@@ -223,22 +251,33 @@ def _common_cols(time_role: str, bound_help: str) -> list[Column]:
             Column(key="headroom", label="headroom", role="ratio", unit="x"),
             Column(key="limiter", label="limiter"),
             Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
-            Column(key="bytes", label="bytes", role="count", unit="B",
-                   help="tensor bytes read and written per input"),
+            Column(key="bytes", label="DRAM bytes", role="count", unit="B",
+                   help="per input: one entry of each non-prologue DRAM queue read and each "
+                        "DRAM queue written (the roofline's memory term, at the DRAM peak)"),
+            Column(key="noc_bytes", label="NoC bytes", role="count", unit="B",
+                   help="per input: what the op's cores receive over the NoC from ops of its "
+                        "epoch (on chip, L1 to L1; not in the bound)"),
+            Column(key="pcie_bytes", label="PCIe bytes", role="count", unit="B",
+                   help="per input: host queues read or written (not in the bound)"),
             Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
+            Column(key="achieved_bytes_s", label="DRAM B/s", role="rate", unit="B/s"),
             Column(key="util_compute", label="util (weighting)", role="util", unit="%"),
             Column(key="gemm", label="gemm [t, M, K, N]", role="shape")]
 
 
 def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Analysis:
+    from opatlas.tenstorrent.pybuda_estimate import epochs_of, reblocking
     from opatlas.tenstorrent.pybuda_run import load_run
 
     run = load_run(netlist, folder, spatial)
     clock = run.netlist.clock_hz
     n_in = min(8, max(len(r["input_bws"]) for ops in run.epochs for r in ops))
-    edges = _edges(run.netlist, spatial)
+    epochs = epochs_of(run.netlist, spatial)
+    edges = [e for i, ops in enumerate(epochs) for e in reblocking(i, ops)]
     fan = _max_fan_in(edges)
-    rows = pd.DataFrame([{**_measured_row(r, clock, n_in), "max_fan_in": fan.get(r["name"])}
+    rows = pd.DataFrame([{**_measured_row(r, clock, n_in, _traffic(run.netlist, epochs, r["op"],
+                                                                   spatial)),
+                          "max_fan_in": fan.get(r["name"])}
                          for ops in run.epochs for r in ops])
     ms = run.model_summary
     summary = {**_summary_head(run.netlist, spatial), "mode": "measured",
@@ -255,16 +294,18 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                "reblocking": [e for e in edges if e["reblock"]],
                "reblocking_edges": sum(1 for e in edges if e["reblock"]),
                "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
-                                  "max() on a display name and takes the first op)"}
+                                  "max() on a display name and takes the first op)",
+               "notes": below_bound_note(rows, "measured", run.netlist.arch)}
     return Analysis(Source(kind=KIND, path=str(folder)), summary, rows,
                     _cols_measured(run.has_estimates, n_in), group_label="epoch")
 
 
-def _edges(nl: Any, spatial: bool) -> list[dict[str, Any]]:
-    """The netlist's reblocking report (producer→consumer edges inside each epoch)."""
-    from opatlas.tenstorrent.pybuda_estimate import epochs_of, reblocking
+def _traffic(nl: Any, epochs: list[dict[str, Any]], op: Any, spatial: bool) -> Any:
+    """The op's bytes per input by pipe, its epoch's ops being the on-chip producers."""
+    from opatlas.tenstorrent.pybuda_estimate import traffic
+    from opatlas.tenstorrent.pybuda_run import epoch_key
 
-    return [e for i, ops in enumerate(epochs_of(nl, spatial)) for e in reblocking(i, ops)]
+    return traffic(op, nl, epochs[epoch_key(op, spatial)])
 
 
 def _max_fan_in(edges: list[dict[str, Any]]) -> dict[str, int]:
@@ -287,10 +328,12 @@ def _epoch_times(epochs: list[dict[str, Any]], clock: float) -> dict[str, Any]:
 
 
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
+    from opatlas.tenstorrent.pybuda_estimate import dram_peak_bytes_s
+
     return {"netlist": str(nl.path), "arch": nl.arch, "clock_hz": nl.clock_hz,
             "throughput_unit": "samples/s",
             "peak_flops_s": MATMUL_FLOP_PER_CYCLE * nl.core_count * nl.device_count * nl.clock_hz,
-            "peak_bytes_s": WH_DRAM_BYTES_S,
+            "peak_bytes_s": dram_peak_bytes_s(nl.arch),
             "core_count": nl.core_count, "device_count": nl.device_count,
             "epochs": (len(nl.graphs) if spatial else max(nl.temporal) + 1),
             "epoch_kind": "spatial" if spatial else "temporal", "ops": len(nl.all_ops()),
@@ -299,19 +342,20 @@ def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the netlist alone
 
-def _estimate_row(op: Any, est: Any, epoch: int, clock: float, fan_in: int | None
-                  ) -> dict[str, Any]:
+def _estimate_row(op: Any, est: Any, epoch: int, clock: float, fan_in: int | None,
+                  traffic: Any) -> dict[str, Any]:
     lim = est.limiter_cycles
     kind = est.limiter
     limiter = ("unknown" if lim is None else "compute" if kind == "compute"
                else "communication" if kind.startswith("noc") else "memory")
-    return _rates({**_common(op, epoch, clock),
+    theoretical = est.theoretical / clock if est.theoretical else None
+    return _rates({**_common(op, epoch, traffic),
             "time_s": (lim or 0) / clock,
-            "bound_time_s": est.theoretical / clock if est.theoretical else None,
+            "bound_time_s": bound_s(theoretical, traffic),
             "limiter": limiter, "estimated_cycles": est.cycles,
             "theoretical_cycles": est.theoretical, "estimated_lim_cycles": lim,
             "bw_problem": "" if kind in ("compute", "unknown") else kind, "max_fan_in": fan_in,
-            "op_model": est.model, "util_compute": None})
+            "op_model": est.model, "util_compute": None, "flags": ""}, "estimated")
 
 
 def _cols_estimate() -> list[Column]:
@@ -332,20 +376,23 @@ def _cols_estimate() -> list[Column]:
             Column(key="max_fan_in", label="fan-in", role="count",
                    help="most producer cores one core of this op gathers an input from"),
             Column(key="op_model", label="op model"),
-            *_common_cols("estimated", "matmul: the theoretical (math-bound) cycles")]
+            Column(key="flags", label="flags", help="a time below its bound"),
+            *_common_cols("estimated", "max(matmul: the theoretical (math-bound) cycles, "
+                                       "DRAM bytes / DRAM peak)")]
 
 
 def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
     from opatlas.tenstorrent.netlist import load_netlist
     from opatlas.tenstorrent.opmodel import matmul_check
-    from opatlas.tenstorrent.pybuda_estimate import estimate_netlist
+    from opatlas.tenstorrent.pybuda_estimate import epochs_of, estimate_netlist
 
     nl = load_netlist(netlist)
     result = estimate_netlist(nl, spatial)
     fan = _max_fan_in(result.reblocking)
+    epochs = epochs_of(nl, spatial)
     rows = pd.DataFrame([_estimate_row(op, est, (op.spatial_epoch if spatial
                                                  else op.temporal_epoch), nl.clock_hz,
-                                       fan.get(op.name))
+                                       fan.get(op.name), _traffic(nl, epochs, op, spatial))
                          for op, est in result.ops])
     check = matmul_check()
     unmodelled = result.model_summary["unmodelled_ops"]
@@ -358,6 +405,7 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
         notes.append(f"{count} op(s) of type {', '.join(defaulted)} have no fitted op model: "
                      f"estimated with the nop parameters (the backend's default path), see "
                      f"the op model column")
+    notes += below_bound_note(rows, "estimated", nl.arch)
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
                "title": f"PyBuda netlist {netlist.name} (estimate)",
                "throughput": result.model_summary["overall_speed"],

@@ -11,6 +11,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.errors import OpatlasError
 
 KIND = "ttmetal"
 L1_BYTES = {"wormhole": 1464 * 1024}  # MEM_L1_SIZE (tt-metal dev_mem_map.h); others 1.5 MiB
@@ -39,13 +40,33 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     rows = [_row(tpr, rep, op, dev) for dev, ops in rep.per_device.items() for op in ops
             if not tpr.is_signpost_op(op)]
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=_EMPTY)
+    invalid = invalid_duration_note(path, frame)
+    if invalid and options.strict:
+        raise OpatlasError(f"{invalid}; --strict refuses a profile with rows it cannot time")
     summary = _summary(tpr, tm, rep, frame)
+    summary["notes"] = [*summary["notes"], *([invalid] if invalid else [])]
     return Analysis(Source(kind=KIND, path=str(path)), summary, frame, _columns(),
                     group_label="device")
 
 
 _EMPTY = ["op", "pass", "calls", "time_s", "flops", "bytes", "bound_time_s", "limiter", "shape",
-          "group", "device", "op_code", "device_time_ns", "bound"]
+          "group", "device", "op_code", "device_time_ns", "bound", "invalid_duration"]
+SIM = "wormhole-sim"  # tm.reshard_bound's source of a simulated reshard
+
+
+def invalid_duration_note(path: Path, frame: pd.DataFrame) -> str | None:
+    """Rows whose DEVICE KERNEL DURATION [ns] tt-perf-report rejects (missing, not a number,
+    negative, or an op-to-op latency that contradicts it): they stay in the table with time 0
+    and no device time, and count nothing in the totals — said, not silently left out."""
+    if frame.empty or "invalid_duration" not in frame:
+        return None
+    bad = frame[frame["invalid_duration"].fillna(False).astype(bool)]
+    if bad.empty:
+        return None
+    ids = ", ".join(str(i) for i in bad["id"].head(8)) + (" ..." if len(bad) > 8 else "")
+    return (f"{path}: {len(bad)} row(s) have a missing or invalid DEVICE KERNEL DURATION [ns] "
+            f"(CSV lines {ids}): their device time is left out of every total and they show "
+            f"time 0 (as tt-perf-report omits them)")
 
 
 def _v(op: dict[str, Any], key: str) -> Any:
@@ -59,6 +80,9 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
     dev_ns = None if dev_us is None else dev_us * 1000.0
     gap_us = _v(op, "Op-to-Op Gap")
     bound_ns, source, flops, shape, bottleneck = _bound(tpr, rep, op, raw, dev_ns)
+    sim_ns = None
+    if source == SIM:  # a prediction, not a lower bound: shown as an estimate
+        sim_ns, bound_ns, source = bound_ns, None, "no bound: reshard (see sim estimate)"
     gemm = [shape[k] for k in ("batch", "M", "K", "N")] if "M" in shape else None
     row = {"op": str(_v(op, "OP Code")), "op_code": str(raw["OP CODE"]), "pass": "fwd",
            "calls": 1, "group": device, "device": device,
@@ -68,6 +92,9 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
            "bound_time_s": None if bound_ns is None else bound_ns / 1e9,
            "opatlas_bound_ns": bound_ns, "bound_source": source,
            "headroom": (dev_ns / bound_ns) if dev_ns and bound_ns else None,
+           "sim_estimate_ns": sim_ns,
+           "sim_err": abs(sim_ns - dev_ns) / dev_ns if sim_ns and dev_ns else None,
+           "invalid_duration": bool(_v(op, "Invalid Device Duration")),
            "bound": _v(op, "Bound") or "", "cores": _v(op, "Cores"),
            "dram_gbs": _v(op, "DRAM"), "dram_pct": _v(op, "DRAM %"),
            "tflops": _v(op, "FLOPs"), "flops_pct": _v(op, "FLOPs %"),
@@ -212,8 +239,8 @@ def _bound_counts(frame: pd.DataFrame) -> dict[str, int]:
         return {}
     src = frame["bound_source"].fillna("")
     return {"orojenesis": int((src == "orojenesis L1").sum()),
-            "wormhole_sim": int((src == "wormhole-sim").sum()),
-            "not_comparable": int(src.str.startswith("not comparable").sum())}
+            "not_comparable": int(src.str.startswith("not comparable").sum()),
+            "reshard_sim_estimates": int(frame["sim_estimate_ns"].notna().sum())}
 
 
 def _columns() -> list[Column]:
@@ -234,11 +261,17 @@ def _columns() -> list[Column]:
             Column(key="pm_compute_ns", label="PM COMPUTE", role="estimated", unit="ns"),
             Column(key="pm_bandwidth_ns", label="PM BANDWIDTH", role="estimated", unit="ns"),
             Column(key="opatlas_bound_ns", label="opatlas bound", role="bound", unit="ns",
-                   help="matmul: Orojenesis minimum DRAM traffic with the cores' L1 as buffer "
-                        "and peak FLOP/s; reshard: the calibrated Wormhole simulator"),
+                   help="a lower bound: matmul: Orojenesis minimum DRAM traffic with the "
+                        "cores' L1 as buffer and peak FLOP/s"),
             Column(key="bound_source", label="bound from"),
             Column(key="headroom", label="headroom", role="ratio", unit="x",
                    help="device time / opatlas bound"),
+            Column(key="sim_estimate_ns", label="sim estimate", role="estimated", unit="ns",
+                   help="reshard (L1 sharded to L1 sharded): the calibrated Wormhole "
+                        "simulator's prediction, an estimate, not a bound (the device may be "
+                        "faster)"),
+            Column(key="sim_err", label="sim err", role="error", unit="%",
+                   help="|sim estimate - device time| / device time"),
             Column(key="category", label="category"),
             Column(key="pass", label="pass", role="id"),
             Column(key="time_s", label="time", role="measured", unit="s",
