@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,32 @@ def refused(load: Any, path: Path, text: str, match: str) -> Any:
     with pytest.raises(SpecError, match=match) as info:
         load(path)
     return info.value
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def playwright_or_skip() -> Any:
+    """Playwright's sync API for tests of pages in a real headless Chromium (Debian's, which
+    .ci/run installs); the test is skipped where either is missing."""
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="Python Playwright is not installed")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
+    return sync_api
+
+
+def two_device_csv(csv: Path, tmp_path: Path) -> Path:
+    """A tt-metal profiler CSV of two devices from one device's: its first ops (signposts
+    dropped) again as device 1, twice as slow and issued 1 ns later."""
+    import pandas as pd
+
+    df = pd.read_csv(csv).iloc[:120]
+    df = df[df["OP TYPE"] != "signpost"]
+    other = df.copy()
+    other["DEVICE ID"] = 1
+    other["DEVICE KERNEL DURATION [ns]"] = other["DEVICE KERNEL DURATION [ns]"] * 2
+    other["HOST START TS"] = other["HOST START TS"] + 1
+    path = tmp_path / "ops_perf_results_two.csv"
+    pd.concat([df, other]).to_csv(path, index=False)
+    return path

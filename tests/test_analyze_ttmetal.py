@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("tt_perf_report", reason="tt-perf-report is the opatlas[tt] extra")
 
+from conftest import two_device_csv
 from opatlas.analyze.model import Analysis
 from opatlas.analyze.sources import ReadOptions, detect, read
 from opatlas.errors import OpatlasError
@@ -70,20 +71,8 @@ def test_default_window_after_last_signpost_falls_back_loudly():
         read(REAL, options=ReadOptions(strict=True))
 
 
-def _two_devices(tmp_path: Path) -> Path:
-    df = pd.read_csv(REAL).iloc[:120]
-    df = df[df["OP TYPE"] != "signpost"]
-    other = df.copy()
-    other["DEVICE ID"] = 1
-    other["DEVICE KERNEL DURATION [ns]"] = other["DEVICE KERNEL DURATION [ns]"] * 2
-    other["HOST START TS"] = other["HOST START TS"] + 1
-    path = tmp_path / "ops_perf_results_two.csv"
-    pd.concat([df, other]).to_csv(path, index=False)
-    return path
-
-
 def test_multi_device_per_device_and_merged(tmp_path):
-    path = _two_devices(tmp_path)
+    path = two_device_csv(REAL, tmp_path)
     theirs = tt_perf_report(path, tmp_path / "r.csv")
     a = read(path)
     assert a.summary["devices"] == [0, 1] and a.groups() == [0, 1]
@@ -97,7 +86,7 @@ def test_multi_device_per_device_and_merged(tmp_path):
 
 
 def test_tt_perf_report_warnings_become_notes(tmp_path):
-    path = _two_devices(tmp_path)
+    path = two_device_csv(REAL, tmp_path)
     df = pd.read_csv(path)
     df.drop(index=df.index[-1]).to_csv(path, index=False)  # device 1 lacks its last op
     a = read(path)

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import CHROMIUM, playwright_or_skip
 from opatlas.analyze import Analysis, api
 from opatlas.cli import main
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -63,16 +61,8 @@ def test_html_is_one_self_contained_file(tmp_path, pipeline):
     assert len(data["timeline"]) > 0
 
 
-def _browser():
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="Python Playwright is not installed")
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
-    return sync_api
-
-
 def test_report_in_headless_chromium(tmp_path, pipeline):
-    sync_api = _browser()
+    sync_api = playwright_or_skip()
     report = api.write_html(pipeline, tmp_path / "r.html")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)

@@ -78,14 +78,26 @@ def write_trace(analysis: Analysis, path: str | Path) -> Path:
 
 def print_table(analysis: Analysis, top: int = 25, file: IO[str] | None = None) -> None:
     """A plain table of the slowest rows, for pipes and logs. Not on a terminal (a pipe, a
-    log), the table takes the width it needs: one line per row, every cell whole."""
+    log), the table takes the width it needs: one line per row, every cell whole; it is
+    rendered first and written in one go, so that a reader leaving early (``| head``) is a
+    BrokenPipeError for the caller (rich's console would exit 1 on it)."""
+    import io
+    import sys
+
     from rich.text import Text
 
     from opatlas.analyze.tables import rich_table, summary_items
     from opatlas.console import print_wide
 
     totals = [Text(f"{label}: {value}") for label, value, _ in summary_items(analysis)]
-    print_wide(*totals, rich_table(analysis, top), file=file)  # the totals first
+    out = file if file is not None else sys.stdout
+    if out.isatty():
+        print_wide(*totals, rich_table(analysis, top), file=file)  # the totals first
+        return
+    text = io.StringIO()
+    print_wide(*totals, rich_table(analysis, top), file=text)
+    out.write(text.getvalue())
+    out.flush()
 
 
 def run_app(analysis: Analysis, **reload_args: Any) -> None:

@@ -36,21 +36,31 @@ def fmt_si(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}".strip()
 
 
+# time units a cell shows as a time (12.3 µs, 1.234 ms), and their length in seconds
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+# units the cells say themselves; any other goes into the column's header (as report.js)
+SAID_UNITS = {*TIME_UNITS, "%", "x", "FLOP", "B", "FLOP/s", "B/s"}
+
+
 def fmt(value: Any, col: Column | None) -> str:
-    """A cell as text."""
-    if isinstance(value, dict):
-        return " ".join(f"{k}={_param(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return json.dumps(value)
+    """A cell as text, as the HTML report (report.js ``fmt``) shows it: a mapping as
+    key=value, a list as [a, b], a time with its unit, a number without a column to 4
+    figures (whole digits kept)."""
+    if isinstance(value, dict | list | tuple):
+        return _param(value)
     if missing(value):
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, str) or col is None:
+    if isinstance(value, str) or (col is None and not isinstance(value, float)):
         return str(value)
+    if col is None:
+        return _number(value)
     unit = col.unit
-    if unit == "s":
-        return fmt_seconds(float(value))
+    if unit in TIME_UNITS:
+        return fmt_seconds(float(value) * TIME_UNITS[unit])
+    if unit == "cycles":
+        return f"{round(float(value)):,}"
     if unit == "%":
         return f"{100 * float(value):.1f}%"
     if unit == "x":
@@ -61,15 +71,34 @@ def fmt(value: Any, col: Column | None) -> str:
         v = float(value)
         return f"{v:,.0f}" if v == int(v) else f"{v:,.2f}"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return _number(value)
     return str(value)
 
 
-def _param(v: Any) -> str:
-    """A shape parameter: a whole number without '.0', any other float to 4 figures."""
+def _number(v: float) -> str:
+    """A number of no known unit: 4 figures, but never rounding away whole digits (157415
+    stays 157,415, not 1.574e+05)."""
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+
+
+def _param(v: Any, nested: bool = False) -> str:
+    """A shape parameter: a whole number without '.0', any other float to 4 figures; a list
+    as [a, b, c], a mapping as k=v (a nested one in braces)."""
+    if isinstance(v, dict):
+        inner = " ".join(f"{k}={_param(x, True)}" for k, x in v.items())
+        return "{" + inner + "}" if nested else inner
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_param(x, True) for x in v) + "]"
+    if missing(v):
+        return "-"
     if isinstance(v, float) and math.isfinite(v):
         return f"{v:.0f}" if v == int(v) and abs(v) < 1e16 else f"{v:.4g}"
     return str(v)
+
+
+def header(col: Column) -> str:
+    """A column's header: its label, with its unit where the cells do not say it."""
+    return f"{col.label} ({col.unit})" if col.unit and col.unit not in SAID_UNITS else col.label
 
 
 def highlight(value: Any, col: Column | None) -> str | None:
@@ -208,17 +237,19 @@ SUMMARY_LABELS = {
     "time_per_input_s": "time per input", "opmodel_matmul_mean_error_pct":
         "op model matmul mean |error| (%)", "reblocking_edges": "reblocking edges",
     "worker_cores": "worker cores", "csv_format": "CSV format",
-    "tt_perf_report": "tt-perf-report version", "device_time_s": "device time",
+    "tt_perf_report": "tt-perf-report version",
+    "device_time_s": "device time (devices merged, as tt-perf-report)",
     "op_to_op_gap_s": "op-to-op gaps", "dtype": "dtype",
 }
 # a key's suffix: the unit its value is shown in, and what its label says of the unit
 _SUFFIXES = (("_flops_s", "FLOP/s", ""), ("_bytes_s", "B/s", ""), ("_per_s", "", "/s"),
              ("_bytes", "B", ""), ("_gib", "", " (GiB)"), ("_pct", "", " (%)"),
-             ("_hz", "", " (Hz)"), ("_cycles", "", " (cycles)"), ("_s", "s", ""))
+             ("_hz", "", " (Hz)"), ("_cycles", "", " (cycles)"), ("_ns", "ns", ""),
+             ("_us", "us", ""), ("_s", "s", ""))
 
 
-def _unit_of(key: str) -> str:
-    """A summary value's unit from its key's suffix."""
+def unit_of(key: str) -> str:
+    """A value's unit from its key's suffix (a summary key, a row's extra field)."""
     return next((unit for suffix, unit, _ in _SUFFIXES if key.endswith(suffix)), "")
 
 
@@ -236,7 +267,7 @@ def summary_label(key: str) -> str:
 def _summary_value(key: str, v: Any) -> str:
     if key == "onchip_bytes" and (missing(v) or not isinstance(v, int | float) or v <= 0):
         return "unknown"  # an empirical device: its on-chip buffer is not known, not 0 B
-    return fmt(v, Column(key=key, label=key, unit=_unit_of(key), role="count"))
+    return fmt(v, Column(key=key, label=key, unit=unit_of(key), role="count"))
 
 
 def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
@@ -269,7 +300,22 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
                 and math.isclose(float(v), total, rel_tol=1e-9, abs_tol=1e-15)):
             continue  # the total again (a step or busy time equal to the rows' sum)
         items.append((summary_label(k), _summary_value(k, v), None))
-    return items
+    return _distinct_total(analysis, items)
+
+
+def _distinct_total(analysis: Analysis,
+                    items: list[tuple[str, str, str | None]]) -> list[tuple[str, str, str | None]]:
+    """The total's card named apart from a figure of the same name, which goes beside it: a
+    tt-metal run on two devices has the rows' sum over both and tt-perf-report's merged device
+    time, and two cards both saying "device time" leave the reader to guess which is which."""
+    label = items[0][0]
+    same = [it for it in items[1:] if it[0] == label or it[0].startswith(f"{label} (")]
+    if not same:
+        return items
+    n = len(analysis.groups())
+    how = f"summed over {n} {analysis.group_label}s" if n > 1 else "the rows summed"
+    rest = [it for it in items[1:] if it not in same]
+    return [(f"{label} ({how})", *items[0][1:]), *same, *rest]
 
 
 PLAIN_KEYS = ("id", "op", "pass", "category", "name", "group", "calls", "time_s",
@@ -289,7 +335,7 @@ def rich_table(analysis: Analysis, top: int = 25) -> Any:
     title = analysis.summary.get("title", analysis.source.path)
     t = Table(title=f"{title}: {len(analysis.rows)} rows, slowest {min(top, len(analysis.rows))}")
     for c in cols:
-        t.add_column(c.label, justify="left" if c.role in _LEFT else "right", overflow="fold")
+        t.add_column(header(c), justify="left" if c.role in _LEFT else "right", overflow="fold")
     style = {"good": "green", "warn": "yellow", "bad": "red"}
     for _, r in analysis.rows.sort_values("time_s", ascending=False).head(top).iterrows():
         cells = []

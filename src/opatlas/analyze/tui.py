@@ -24,10 +24,12 @@ from opatlas.analyze.tables import (
     fmt,
     fmt_seconds,
     group_summary,
+    header,
     highlight,
     missing,
     op_label,
     summary_items,
+    unit_of,
     visible_columns,
 )
 
@@ -155,7 +157,7 @@ class StageScreen(Screen):
         table.clear(columns=True)
         for c in self.columns:
             arrow = (" ▼" if self.descending else " ▲") if c.key == self.sort_key else ""
-            table.add_column(c.label + arrow, key=c.key)
+            table.add_column(header(c) + arrow, key=c.key)
         for idx, r in shown.iterrows():
             table.add_row(*[styled(r[c.key], c, self.full) for c in self.columns], key=str(idx))
         self.title = str(a.summary.get("title", a.source.path))
@@ -227,7 +229,7 @@ class DetailScreen(ModalScreen):
         for c in visible_columns(a):
             if c.key in ("op", "pass"):
                 continue
-            out.append(f"  {c.label:<14}", style="dim")
+            out.append(f"  {header(c):<14}", style="dim")
             out.append_text(styled(r[c.key], c))
             out.append("\n")
         shown = {c.key for c in visible_columns(a)} | {"group", "gemm"}
@@ -235,7 +237,7 @@ class DetailScreen(ModalScreen):
         if extra:  # what the source knows beyond the table: a measurement's spread ...
             out.append("\n")
             for k in extra:
-                unit = "s" if k.endswith("_s") else ""
+                unit = unit_of(k)  # a time (_s, _ns, _us) with its unit, a rate as a rate
                 out.append(f"  {k:<14}", style="dim")
                 out.append_text(styled(r[k], Column(key=k, label=k, unit=unit, role="count")))
                 out.append("\n")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from opatlas.cli.common import one_to_stdout
 from opatlas.errors import OpatlasError
 
 
@@ -69,35 +71,95 @@ def analyze(
                                "spatial_epochs": spatial_epochs or None,
                                "start_signpost": start_signpost, "end_signpost": end_signpost,
                                "ignore_signposts": ignore_signposts or None}.items() if v}
+    _check_pybuda_paths(netlist, run_dir)
     if source is None and load is None and (netlist or run_dir):
         source = str(netlist or run_dir)
-    if kind is None and (netlist or run_dir):
+    if kind is None and (netlist or run_dir) and _kind_of(source) in (None, "pybuda", "config"):
         kind = "pybuda"  # only a PyBuda run takes a netlist or a run folder
-    if (source is None) == (load is None):
-        raise OpatlasError("give a SOURCE to analyse, or --load a saved analysis (not both)")
-    if load is not None and kind not in (None, "analysis"):
-        raise OpatlasError(f"--load opens a saved analysis; --kind {kind} does not apply")
+    _check_source(source, load, kind)
+    one_to_stdout({**{f"{flag} -": str(path) == "-" for flag, path in (
+        ("--csv", csv), ("--html", html), ("--trace", trace), ("--save", save))},
+        "--json": as_json})
     # a saved analysis is a source like the others: options it does not take are said
     analysis = api.analyze(load if load is not None else source,
                            kind="analysis" if load is not None else kind, measured=measured,
                            models=models, device=device, strict=strict, extra=extra)
     for note in analysis.summary.get("notes") or []:
         typer.echo(f"opatlas: note: {note}", err=True)
-    if trace is not None:
-        typer.echo(f"trace: {api.write_trace(analysis, trace)}", err=True)
-    if html is not None:
-        typer.echo(f"report: {api.write_html(analysis, html)}", err=True)
-    if csv is not None:
-        typer.echo(f"rows: {api.write_csv(analysis, csv)}", err=True)
-    if save is not None:
-        typer.echo(f"saved: {analysis.save(save)}", err=True)
-    if as_json:
-        if tui:
-            typer.echo("opatlas: note: --tui does not open with --json: ignored", err=True)
-        typer.echo(json.dumps(analysis.document()))
-        return
-    if tui or (sys.stdout.isatty() and not any((trace, html, csv, save))):
-        api.run_app(analysis, source=source, kind=kind, measured=measured, device=device,
-                    extra=extra or None)
-    elif not any((trace, html, csv, save)):
-        api.print_table(analysis)
+    files = {"trace": trace, "report": html, "rows": csv, "saved": save}
+    try:
+        _write_files(analysis, files)
+        if as_json:
+            if tui:
+                typer.echo("opatlas: note: --tui does not open with --json: ignored", err=True)
+            typer.echo(json.dumps(analysis.document()))
+            return
+        if tui or (sys.stdout.isatty() and not any(files.values())):
+            api.run_app(analysis, source=source, kind=kind, measured=measured, device=device,
+                        extra=extra or None)
+        elif not any(files.values()):
+            api.print_table(analysis)
+    except BrokenPipeError:
+        from opatlas.console import stdout_gone
+
+        stdout_gone()
+
+
+SOURCES = ("a training config or bundled name (e.g. llama2-7b), a results store (.duckdb), a "
+           "torch.profiler trace (.json, .json.gz), a PyBuda run folder or netlist, or a "
+           "tt-metal ops_perf_results CSV")
+
+
+def _check_source(source: str | None, load: Path | None, kind: str | None) -> None:
+    if source is None and load is None:
+        raise OpatlasError(f"no SOURCE given: name what to analyse ({SOURCES}), or --load an "
+                           f"analysis kept with --save")
+    if source is not None and load is not None:
+        raise OpatlasError(f"give a SOURCE ({source}) or --load {load}, not both")
+    if load is not None and kind not in (None, "analysis"):
+        raise OpatlasError(f"--load opens a saved analysis; --kind {kind} does not apply")
+    if load is not None and load.is_dir():
+        raise OpatlasError(f"--load {load}: is a folder; give the .json file kept with --save")
+
+
+def _kind_of(path: str | Path | None) -> str | None:
+    """The kind auto-detection sees in ``path``, None where it sees none."""
+    from opatlas.analyze.sources import detect
+
+    if path is None:
+        return None
+    try:
+        return detect(Path(path)).name
+    except OpatlasError:
+        return None
+
+
+def _check_pybuda_paths(netlist: Path | None, run_dir: Path | None) -> None:
+    """-n/--netlist and -d/--dir name a PyBuda netlist and run folder: another kind of file
+    given there (a tt-metal CSV) is said, not read as YAML."""
+    from opatlas.analyze.sources import kinds
+
+    for flag, given, wants in (("--netlist", netlist, "a PyBuda netlist (*netlist.yaml)"),
+                               ("--dir", run_dir, "a PyBuda run folder (perf_results/, "
+                                                  "op_perf.csv, balancer_score.csv)")):
+        if given is None or not given.exists():
+            continue  # a missing path is the PyBuda reader's to name
+        other = _kind_of(given)
+        if other not in (None, "pybuda", "config"):
+            raise OpatlasError(f"{flag} {given}: this is {kinds()[other].help}, not {wants}; "
+                               f"analyse it as the SOURCE: opatlas analyze {given}")
+        if flag == "--dir" and not given.is_dir():
+            raise OpatlasError(f"--dir {given}: a file, but --dir takes {wants}; give a "
+                               f"netlist with -n/--netlist")
+
+
+def _write_files(analysis: Any, files: dict[str, Path | None]) -> None:
+    """Each output asked for ('trace', 'report', 'rows', 'saved': path); the one to standard
+    output last, so that a reader leaving early (| head) costs no file."""
+    from opatlas.analyze import api
+
+    writers = {"trace": api.write_trace, "report": api.write_html, "rows": api.write_csv,
+               "saved": lambda a, p: a.save(p)}
+    named = [(label, path) for label, path in files.items() if path is not None]
+    for label, path in sorted(named, key=lambda item: str(item[1]) == "-"):
+        typer.echo(f"{label}: {writers[label](analysis, path)}", err=True)

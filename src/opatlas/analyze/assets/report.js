@@ -26,14 +26,27 @@ function secs(v) {
   const a = Math.abs(v);
   return a >= 1 ? v.toFixed(3) + " s" : a >= 1e-3 ? (v * 1e3).toFixed(3) + " ms" : (v * 1e6).toFixed(1) + " µs";
 }
+const missing = v => v === null || v === undefined || (typeof v === "number" && !isFinite(v));
+// a list as [a, b, c], a mapping as k=v (a nested one in braces), as the TUI (tables._param)
+function param(v, nested) {
+  if (missing(v)) return "-";
+  if (Array.isArray(v)) return "[" + v.map(x => param(x, true)).join(", ") + "]";
+  if (typeof v === "object") {
+    const inner = Object.entries(v).map(([k, x]) => k + "=" + param(x, true)).join(" ");
+    return nested ? "{" + inner + "}" : inner;
+  }
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(+v.toPrecision(4));
+  return String(v);
+}
+// time units a cell shows as a time, and their length in seconds (tables.TIME_UNITS)
+const TIME = {s: 1, ms: 1e-3, us: 1e-6, ns: 1e-9};
 function fmt(v, c) {
-  if (v === null || v === undefined || (typeof v === "number" && !isFinite(v))) return "-";
-  if (typeof v === "object") return Object.entries(v).map(([k, x]) => k + "=" + x).join(" ");
+  if (missing(v)) return "-";
+  if (typeof v === "object") return param(v, false);
   if (typeof v === "string") return v;
   if (typeof v !== "number") return String(v);  // a flag of a summary table (true, false)
   const u = c ? c.unit : "";
-  if (u === "s") return secs(v);
-  if (u === "ns") return secs(v / 1e9);
+  if (Object.hasOwn(TIME, u || "")) return secs(v * TIME[u]);
   if (u === "cycles") return Math.round(v).toLocaleString("en");
   if (u === "%") return (100 * v).toFixed(1) + "%";
   if (u === "x") return v.toFixed(2) + "x";
@@ -43,7 +56,7 @@ function fmt(v, c) {
   return Math.abs(v) >= 1e4 ? v.toLocaleString("en", {maximumFractionDigits: 0}) : String(+v.toPrecision(4));
 }
 // units the cells do not print themselves go into the column's header
-const SAID = ["s", "ns", "%", "x", "FLOP", "B", "FLOP/s", "B/s"];
+const SAID = ["s", "ms", "us", "ns", "%", "x", "FLOP", "B", "FLOP/s", "B/s"];
 const headed = c => c.unit && !SAID.includes(c.unit) ? `${c.label} (${c.unit})` : c.label;
 function mark(v, c) {
   if (!c || typeof v !== "number" || !isFinite(v)) return "";

@@ -61,13 +61,33 @@ def kinds() -> dict[str, SourceKind]:
     return dict(_KINDS)
 
 
+# the kinds whose input may be a folder; every other kind reads one file
+FOLDER_KINDS = frozenset({"pybuda"})
+
+
 def detect(path: Path) -> SourceKind:
     found = [k for k in kinds().values() if k.detect(path)]
-    if not found:
-        known = ", ".join(f"{k.name} ({k.help})" for k in kinds().values())
-        raise OpatlasError(f"{path}: cannot tell what this is. opatlas analyze reads: {known}. "
-                           f"Name the kind with --kind if the file is one of them.")
-    return found[0]
+    if found:
+        return found[0]
+    if not path.exists():  # a bare word: a file name without suffix, or a config's name
+        raise OpatlasError(f"{path}: no such file or folder, nor a bundled config of that "
+                           f"name (bundled: {', '.join(bundled_configs())})")
+    if path.is_dir():
+        raise OpatlasError(f"{path}: a folder, but not a PyBuda run (no *netlist.yaml nor "
+                           f"perf_results/ in it), the only folder opatlas analyze reads; "
+                           f"else give one file: a training config, a results store "
+                           f"(.duckdb), a profiler trace (.json, .json.gz) or a tt-metal CSV")
+    known = ", ".join(f"{k.name} ({k.help})" for k in kinds().values())
+    raise OpatlasError(f"{path}: cannot tell what this is. opatlas analyze reads: {known}. "
+                       f"Name the kind with --kind if the file is one of them.")
+
+
+def bundled_configs() -> list[str]:
+    """The names of the training configs opatlas ships (opatlas/data/configs/*.yml)."""
+    from importlib import resources
+
+    folder = resources.files("opatlas") / "data" / "configs"
+    return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".yml"))
 
 
 def read(path: str | Path, kind: str | None = None,
@@ -78,6 +98,7 @@ def read(path: str | Path, kind: str | None = None,
         k = detect(path)
     elif kind in kinds():
         k = kinds()[kind]
+        _check_named_kind(path, k)
     else:
         raise OpatlasError(f"unknown --kind {kind!r}; known: {', '.join(kinds())}")
     options = options or ReadOptions()
@@ -89,6 +110,13 @@ def read(path: str | Path, kind: str | None = None,
         analysis.summary["notes"] = [f"{unused}: ignored",
                                      *(analysis.summary.get("notes") or [])]
     return analysis
+
+
+def _check_named_kind(path: Path, k: SourceKind) -> None:
+    """A folder given as a kind that reads one file is said as such (not as the reader's
+    "Is a directory")."""
+    if path.is_dir() and k.name not in FOLDER_KINDS:
+        raise OpatlasError(f"{path} is a folder, but --kind {k.name} reads one file: {k.help}")
 
 
 def _unused_options(k: SourceKind, options: ReadOptions) -> str | None:
