@@ -104,13 +104,12 @@ def test_pybuda_options_pick_the_kind_and_missing_paths_are_named(capsys, tmp_pa
 
 
 def test_shapes_without_numbers_get_a_note_not_a_lightgbm_error(capfd):
-    from opatlas.analyze.sources.store import _held_out
+    from opatlas.analyze.sources.held_out import Job, held_out
     from opatlas.devices import get_device
 
     shapes = pd.DataFrame({"input_core_grid": ["4x4"] * 40, "output_core_grid": ["1x1"] * 40})
-    notes: list[str] = []
-    out = _held_out("reshard", "fwd", get_device("A100"), "bf16", shapes,
-                    np.linspace(1e-6, 2e-6, 40), notes)
+    out, notes = held_out(Job(None, "reshard", "fwd", get_device("A100"), "bf16", shapes,
+                              np.linspace(1e-6, 2e-6, 40)))
     assert np.isnan(out).all() and "no numeric parameter" in notes[0]
     assert "LightGBM" not in capfd.readouterr().err
 

@@ -89,6 +89,13 @@ def _ref_moe(s):
     return out
 
 
+def test_causal_softmax_reads_only_its_triangle_and_writes_whole():
+    """b=1, h=2, l=4 fp16: 8 rows of 4; the causal triangle holds 8·5/2 = 20 elements of 32.
+    fwd reads x there and writes y whole; bwd reads dy and y there and writes dx whole."""
+    op, p = _p("masked_softmax", b=1, h=2, l=4, dtype="fp16")
+    assert op.min_bytes(p) == {"fwd": 2 * (20 + 32), "bwd": 2 * (2 * 20 + 32)}
+
+
 REFERENCES = {
     "embedding": ({"b": 2, "l": 4, "dim": 8, "vocab": 300, "mp": 2},
                   lambda s: s[1].double()[s[0]]),

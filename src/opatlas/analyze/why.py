@@ -7,7 +7,6 @@ Every source computes its rows' FLOPs, bytes and GEMM dimensions its own way, th
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,18 +33,69 @@ class Peaks:
     word_bytes: int = 2
 
 
-@functools.lru_cache(maxsize=4096)
+# (GEMM, word bytes, on-chip bytes) -> the Orojenesis minimum traffic (bytes); a few thousand
+# distinct GEMMs in a big store, each a search of milliseconds
+_TRAFFIC: dict[tuple[Gemm, int, float], float] = {}
+POOL_MIN_GEMMS = 500  # fewer new GEMMs than this are searched in this process
+CHUNK_GEMMS = 100  # GEMMs per task of the pool (and per step of the progress)
+
+
 def gemm_traffic_bytes(gemm: Gemm, word_bytes: int, onchip_bytes: float) -> float:
     """The Orojenesis minimum DRAM traffic (bytes) of one GEMM with ``onchip_bytes`` on chip;
     3·MACs words (every operand moved per MAC) when the buffer is below every mapping's."""
-    from opatlas.bounds import bmm, frontier
-    from opatlas.bounds import gemm as gemm_einsum
+    key = _key(gemm, word_bytes, onchip_bytes)
+    if key not in _TRAFFIC:
+        _TRAFFIC[key] = _search(key)
+    return _TRAFFIC[key]
 
+
+def _key(gemm: Sequence[int], word_bytes: int, onchip_bytes: float
+         ) -> tuple[Gemm, int, float]:
     b, m, k, n = (max(1, int(x)) for x in gemm)
-    einsum = gemm_einsum(m, k, n, word_bytes) if b == 1 else bmm(b, m, k, n, word_bytes)
-    f = frontier(einsum)
-    words = f.lookup(onchip_bytes / word_bytes) if onchip_bytes > 0 else None
-    return float(f.algo_max if words is None else words) * word_bytes
+    return (b, m, k, n), int(word_bytes), float(onchip_bytes)
+
+
+def _search(key: tuple[Gemm, int, float]) -> float:
+    from opatlas.bounds import bmm
+    from opatlas.bounds import gemm as gemm_einsum
+    from opatlas.bounds.mapspace import TilingSpace
+    from opatlas.bounds.prune import least_accesses
+
+    (b, m, k, n), word, onchip = key
+    einsum = gemm_einsum(m, k, n, word) if b == 1 else bmm(b, m, k, n, word)
+    words = least_accesses(TilingSpace.of(einsum), onchip / word) if onchip > 0 else None
+    return float(3 * einsum.macs if words is None else words) * word
+
+
+def _search_all(keys: list[tuple[Gemm, int, float]]) -> list[float]:
+    return [_search(k) for k in keys]
+
+
+def unknown_traffic(gemms: Sequence[Sequence[Gemm] | None], peaks: Peaks
+                    ) -> list[tuple[Gemm, int, float]]:
+    """The distinct GEMMs of ``gemms`` whose traffic on ``peaks``' device is not yet known."""
+    if peaks.onchip_bytes <= 0:
+        return []
+    return sorted({_key(g, peaks.word_bytes, peaks.onchip_bytes)
+                   for gs in gemms if gs for g in gs} - _TRAFFIC.keys())
+
+
+def search_traffic(keys: list[tuple[Gemm, int, float]], progress: Any = None,
+                   workers: int | None = None, pool_min: int = POOL_MIN_GEMMS) -> None:
+    """Search the Orojenesis traffic of ``keys`` (:func:`unknown_traffic`), in worker
+    processes (:mod:`opatlas.pool`) when there are ``pool_min`` or more, so that
+    :func:`explain` finds them known; ``progress`` is advanced by GEMMs done."""
+    from opatlas.pool import each, workers_for
+
+    if not keys:
+        return
+    n = workers_for(len(keys), workers) if len(keys) >= pool_min else 1
+    size = min(CHUNK_GEMMS, -(-len(keys) // n))  # every worker gets some
+    chunks = [keys[i:i + size] for i in range(0, len(keys), size)]
+    for i, values in each(_search_all, chunks, n):
+        _TRAFFIC.update(zip(chunks[i], values, strict=True))
+        if progress is not None:
+            progress.advance("ok", len(values))
 
 
 def gemm_of(counts: Mapping[str, Any]) -> Gemm | None:
@@ -73,8 +123,8 @@ def orojenesis_bytes(gemms: Sequence[Sequence[Gemm] | None], peaks: Peaks) -> np
         return out
     for i, gs in enumerate(gemms):
         if gs:
-            out[i] = sum(gemm_traffic_bytes(tuple(int(x) for x in g), peaks.word_bytes,
-                                            float(peaks.onchip_bytes)) for g in gs)
+            out[i] = sum(gemm_traffic_bytes(g, peaks.word_bytes, peaks.onchip_bytes)
+                         for g in gs)
     return out
 
 

@@ -32,8 +32,9 @@ RECIPES = ("ett", "gbm", "hybrid")
 # Part of every cached model's fingerprint: bump it when a recipe changes how it fits, so models
 # cached by an earlier revision are refitted instead of trusted.
 # 2: tree count by early stopping (was a fixed 1,000); 3: per-launch overhead in the base of
-# ops that count their launches (the optimizer steps)
-RECIPE_REVISION = "3"
+# ops that count their launches (the optimizer steps); 4: the hybrid's base changed with the
+# op counts (the causal masked softmax's least traffic reads its triangle only)
+RECIPE_REVISION = "4"
 # L1 objective: upstream's samples have heavy-tailed noise (leaky trimmed means), and the
 # median of log-time is what MAPE rewards.
 GBM_PARAMS = {"learning_rate": 0.04, "num_leaves": 31,
@@ -47,9 +48,12 @@ GBM_PARAMS = {"learning_rate": 0.04, "num_leaves": 31,
 SMALL_FIT_ROWS = 1000
 
 
-def gbm_params(rows: int) -> dict:
-    """``GBM_PARAMS`` with the thread count for a fit on ``rows`` rows."""
-    return {**GBM_PARAMS, "n_jobs": 1 if rows < SMALL_FIT_ROWS else GBM_PARAMS["n_jobs"]}
+def gbm_params(rows: int, threads: int | None = None) -> dict:
+    """``GBM_PARAMS`` with the thread count for a fit on ``rows`` rows (``threads``: the
+    caller's, e.g. one per worker process of a pool)."""
+    if threads is None:
+        threads = 1 if rows < SMALL_FIT_ROWS else GBM_PARAMS["n_jobs"]
+    return {**GBM_PARAMS, "n_jobs": threads}
 
 
 # The number of trees is chosen per model: early stopping on a seeded validation share of the
@@ -101,6 +105,7 @@ class OpModel:
     # hybrid, for ops whose counts include ``tensors`` (kernels launched): time ≈ c0 +
     # c1·tensors + c2·roofline, fitted on the training rows; None: the roofline alone
     overhead: np.ndarray | None = None
+    threads: int | None = None  # LightGBM's threads for the fit (None: by the rows)
 
     def _X(self, shapes: pd.DataFrame) -> pd.DataFrame:
         if self.recipe == "ett":
@@ -135,9 +140,9 @@ class OpModel:
         self.features = list(X.columns)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            n_trees = _tree_count(X, target)
-            self.model = lgb.LGBMRegressor(**gbm_params(len(X)), n_estimators=n_trees).fit(
-                X, target)
+            n_trees = _tree_count(X, target, self.threads)
+            self.model = lgb.LGBMRegressor(**gbm_params(len(X), self.threads),
+                                           n_estimators=n_trees).fit(X, target)
         self._compiled()  # compiled once here, so it is saved with the model
         return self
 
@@ -149,7 +154,7 @@ class OpModel:
             return None
         return CompiledOpModel(self.recipe, self.op, self.pass_, self.device, self.dtype,
                                list(self.features), None, getattr(self, "overhead", None),
-                               trees)
+                               trees=trees)
 
     def _compiled(self) -> CompiledTrees | None:
         if not hasattr(self, "_trees"):  # built on first use; models unpickled lack it too
@@ -225,7 +230,7 @@ def fit_overhead(launches: np.ndarray, roofline_us: np.ndarray, y_us: np.ndarray
     return best
 
 
-def _tree_count(X: pd.DataFrame, target: np.ndarray) -> int:
+def _tree_count(X: pd.DataFrame, target: np.ndarray, threads: int | None = None) -> int:
     """Trees for the final fit: early stopping (L1, ``PATIENCE`` rounds) on a seeded
     ``VALIDATION_SHARE`` of the rows, scaled by ``REFIT_SCALE`` for the refit on all rows."""
     import lightgbm as lgb
@@ -236,14 +241,15 @@ def _tree_count(X: pd.DataFrame, target: np.ndarray) -> int:
     perm = np.random.default_rng(GBM_PARAMS["random_state"]).permutation(n)
     k = max(1, int(n * VALIDATION_SHARE))
     val, fit = perm[:k], perm[k:]
-    probe = lgb.LGBMRegressor(**gbm_params(len(fit)), n_estimators=MAX_TREES).fit(
+    probe = lgb.LGBMRegressor(**gbm_params(len(fit), threads), n_estimators=MAX_TREES).fit(
         X.iloc[fit], target[fit], eval_X=(X.iloc[val],), eval_y=(target[val],), eval_metric="l1",
         callbacks=[lgb.early_stopping(PATIENCE, verbose=False)])
     return max(MIN_TREES, round(probe.best_iteration_ * REFIT_SCALE))
 
 
-def make_model(recipe: str, op: str, pass_: str, device: Device, dtype: str) -> OpModel:
+def make_model(recipe: str, op: str, pass_: str, device: Device, dtype: str,
+               threads: int | None = None) -> OpModel:
     if recipe not in RECIPES:
         raise OpatlasError(f"unknown recipe {recipe!r}; one of {', '.join(RECIPES)} "
                            f"(or reshard for per-group linear models)")
-    return OpModel(recipe, op, pass_, device, dtype)
+    return OpModel(recipe, op, pass_, device, dtype, threads=threads)

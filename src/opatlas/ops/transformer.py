@@ -175,7 +175,11 @@ def _causal_mask(l: int, device: str) -> Any:
 class MaskedSoftmax(_Rowwise):
     """Scaled, causally masked softmax of (b, h/mp, l, l) scores (Megatron's
     ScaledUpperTriangMaskedSoftmax): 6 FLOPs/elem fwd (scale, mask, then softmax's 5 minus
-    none skipped), 5 bwd (softmax backward and the scale)."""
+    none skipped), 5 bwd (softmax backward and the scale).
+
+    Its least traffic reads only the causal triangle, l(l+1)/2 of each matrix (what lies above
+    the diagonal is masked, known without reading it: Megatron's fused kernel skips it), and
+    writes the whole output: fwd reads x, bwd reads dy and y there."""
 
     name = "masked_softmax"
     params = ("b", "h", "l")
@@ -185,6 +189,11 @@ class MaskedSoftmax(_Rowwise):
     fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 5.0
 
     shape2d = staticmethod(scores_shape)
+
+    def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
+        rows, l = self.shape2d(p)
+        whole, causal, e = rows * l, rows * (l + 1) / 2, dtype_bytes(p["dtype"])
+        return {"fwd": e * (causal + whole), "bwd": e * (2 * causal + whole)}
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         l = I(p["l"])

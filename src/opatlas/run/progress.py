@@ -22,8 +22,10 @@ LOG_SECONDS = 30.0
 
 class Progress:
     def __init__(self, total: int, *, label: str, interactive: bool | None = None,
-                 log_every: int = 100, stream: TextIO | None = None) -> None:
+                 log_every: int = 100, stream: TextIO | None = None, unit: str = "vec") -> None:
+        """``unit``: what ``total`` counts (vectors; rows ...), as the rate shows it."""
         self.total, self.label, self.log_every = total, label, max(1, log_every)
+        self.unit = unit
         self.stream = stream or sys.stderr
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.done = 0
@@ -48,7 +50,7 @@ class Progress:
 
             self._bar = __import__("rich.progress").progress.Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]:.1f} vec/s"), TimeElapsedColumn(),
+                TextColumn(f"{{task.fields[rate]:.1f}} {self.unit}/s"), TimeElapsedColumn(),
                 TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[stat]}"),
                 console=Console(file=self.stream),
             )
@@ -87,7 +89,7 @@ class Progress:
             pct = 100.0 * self.done / self.total if self.total else 100.0
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             print(f"[{stamp}] {self.label} | {self.done}/{self.total}={pct:.2f}% | "
-                  f"{rate:.2f} vec/s | ETA {format_eta(eta)} | {stat}",
+                  f"{rate:.2f} {self.unit}/s | ETA {format_eta(eta)} | {stat}",
                   file=self.stream, flush=True)
 
     def __exit__(self, *exc: object) -> None:

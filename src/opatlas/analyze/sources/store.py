@@ -6,6 +6,7 @@ headroom. Groups are devices."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,20 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, backward_gemms, explain, gemm_of
+from opatlas.analyze.sources.held_out import POOL_MIN_ROWS, Job, predict_all
+from opatlas.analyze.why import (
+    POOL_MIN_GEMMS,
+    WHY_FIRST,
+    WHY_REST,
+    Peaks,
+    backward_gemms,
+    explain,
+    gemm_of,
+    search_traffic,
+    unknown_traffic,
+)
 from opatlas.errors import OpatlasError
-
-FOLDS = 5
-MIN_ROWS = 2 * FOLDS  # fewer measured shapes than this: no held-out prediction
+from opatlas.run.progress import Progress
 
 COLUMNS = [
     Column(key="op", label="op", role="id"),
@@ -65,11 +75,17 @@ def read(path: Path, options: ReadOptions) -> Analysis:
         if res.empty:
             raise OpatlasError(f"{path}: the store has no measurements for device {device!r}; "
                                f"it has {', '.join(have)}")
-    parts, notes, said, onchip = [], [], [], {}
-    for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
-        parts.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes, options.models,
-                                  said, onchip))
-    rows = pd.concat(parts, ignore_index=True)
+    tables, notes, said, onchip = [], [], [], {}
+    with _progress(len(res), POOL_MIN_ROWS, f"held-out fits ({path.name})", "rows") as bar:
+        for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
+            tables.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes,
+                                       options.models, said, onchip, bar))
+    keys = sorted({k for rows, peaks in tables
+                   for k in unknown_traffic(rows["gemms"].tolist(), peaks)})
+    with _progress(len(keys), POOL_MIN_GEMMS, "Orojenesis bounds", "GEMMs") as bar:
+        search_traffic(keys, bar)
+    rows = pd.concat([_explained(rows, peaks) for rows, peaks in tables], ignore_index=True)
+    said += _below_bound(rows)
     if notes and options.strict:  # a missing prediction is a fallback: an error under --strict
         raise OpatlasError(f"{path}: {notes[0]} (--strict)")
     # ``said``: what the device itself lacks (an on-chip size, for the Orojenesis bound), as
@@ -79,11 +95,21 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                     rows, list(COLUMNS), "device")
 
 
+def _progress(total: int, least: int, label: str, unit: str) -> Any:
+    """A progress bar (or log lines) for work of at least ``least`` items, else nothing."""
+    if total < least:
+        return contextlib.nullcontext(None)
+    return Progress(total, label=label, unit=unit, log_every=max(1, total // 10))
+
+
 def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str],
                  models: Path | None = None, said: list[str] | None = None,
-                 onchip: dict[str, float] | None = None) -> pd.DataFrame:
-    """``notes``: fallbacks (--strict refuses them); ``said``: what the device lacks;
-    ``onchip``: device -> its on-chip bytes (0: not known)."""
+                 onchip: dict[str, float] | None = None, progress: Any = None
+                 ) -> tuple[pd.DataFrame, Peaks]:
+    """The rows of one device and dtype, predicted, with what bounds them (for
+    :func:`_explained`) and the device's peaks. ``notes``: fallbacks (--strict refuses
+    them); ``said``: what the device lacks; ``onchip``: device -> its on-chip bytes (0: not
+    known); ``progress``: advanced by rows."""
     from opatlas.fit.data import data_device
     from opatlas.ops.base import dtype_bytes
 
@@ -110,19 +136,25 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     rows["predicted_time_s"] = np.nan
     rows["gemms"] = None
     rows["gemm"] = None
+    jobs = []
     for (op, pass_), idx in rows.groupby(["op", "pass"], sort=False).groups.items():
         sub = shapes.loc[idx].dropna(axis=1, how="all")
         saved = _saved_model(models, device_name, dtype, op, pass_) if models else None
         if saved is not None:
             rows.loc[idx, "predicted_time_s"] = saved.predict(sub.reset_index(drop=True)) * 1e-6
+            if progress is not None:
+                progress.advance("ok", len(idx), detail=f"{op} {pass_}")
         else:
             if models:
                 notes.append(f"{op} {pass_}: no model under {models} for {device_name} {dtype}; "
                              f"cross-validated instead")
-            rows.loc[idx, "predicted_time_s"] = _held_out(op, pass_, dev, dtype, sub,
-                                                          rows.loc[idx, "time_s"].to_numpy(),
-                                                          notes)
+            jobs.append(Job(idx, op, pass_, dev, dtype, sub, rows.loc[idx, "time_s"].to_numpy()))
         _gemms(rows, idx, op, pass_, sub, dtype)
+    said_of: dict[int, list[str]] = {}  # by job: pooled jobs end in any order
+    for job, predicted, said_here in predict_all(jobs, progress):
+        rows.loc[job.key, "predicted_time_s"] = predicted
+        said_of[id(job)] = said_here
+    notes.extend(note for job in jobs for note in said_of[id(job)])
     rows["error"] = (rows["predicted_time_s"] - rows["time_s"]) / rows["time_s"]
     if onchip is not None:
         onchip[device_name] = max(onchip.get(device_name, 0.0), float(peaks.onchip_bytes))
@@ -132,36 +164,27 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     if peaks.onchip_bytes <= 0 and rows["gemms"].notna().any() and said is not None \
             and msg not in said:
         said.append(msg)
+    return rows, peaks
+
+
+def _explained(rows: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
     out = explain(rows.assign(limiter=None), peaks)
     out["device_peak_flops_s"], out["device_peak_bytes_s"] = peaks.flops_s, peaks.bytes_s
     return out
 
 
-def _held_out(op: str, pass_: str, dev: Any, dtype: str, shapes: pd.DataFrame,
-              seconds: np.ndarray, notes: list[str]) -> np.ndarray:
-    """Each row predicted by the model of the folds that do not hold it."""
-    from opatlas.fit.recipes import make_model
-    from opatlas.fit.splits import iter_splits
-
-    out = np.full(len(shapes), np.nan)
-    if len(shapes) < MIN_ROWS:
-        notes.append(f"{op} {pass_}: {len(shapes)} measured shapes, fewer than {MIN_ROWS}: "
-                     f"no held-out prediction")
-        return out
-    if shapes.select_dtypes("number").shape[1] == 0:  # e.g. reshard: grids and strategies
-        notes.append(f"{op} {pass_}: its shapes have no numeric parameter a model can learn "
-                     f"from: no held-out prediction (reshards: opatlas fit --recipe reshard)")
-        return out
-    y_us = seconds * 1e6
-    shapes = shapes.reset_index(drop=True)
-    try:
-        for train, test in iter_splits(shapes, f"kfold:{FOLDS}"):
-            m = make_model("hybrid", op, pass_, dev, dtype).fit(shapes.iloc[train], y_us[train])
-            out[test] = m.predict(shapes.iloc[test]) * 1e-6
-    except Exception as exc:  # a model that cannot fit these shapes: say so, keep the rows
-        notes.append(f"{op} {pass_}: no prediction ({type(exc).__name__}: {exc})")
-        out[:] = np.nan
-    return out
+def _below_bound(rows: pd.DataFrame) -> list[str]:
+    """A note on measurements faster than their bound (headroom < 1): not a fault of the
+    bound (the least DRAM traffic at the peak) but of the measurement — data still in the
+    last-level cache from the previous repetition, or a timer coarser than the kernel."""
+    low = rows[rows["headroom"] < 1 - 1e-9]
+    if low.empty:
+        return []
+    ops = low.groupby(["op", "pass"]).size().sort_values(ascending=False)
+    named = ", ".join(f"{op} {pass_} ({n})" for (op, pass_), n in ops.head(5).items())
+    return [f"{len(low)} measurement(s) faster than their bound (headroom < 1): {named}"
+            f"{' ...' if len(ops) > 5 else ''}; their data may have stayed in the cache "
+            f"between repetitions, or the timer is coarser than the kernel"]
 
 
 def _saved_model(root: Path, device: str, dtype: str, op: str, pass_: str) -> Any:
