@@ -89,7 +89,7 @@ def test_docs_and_help_name_the_keys_as_bound():
 def test_summary_labels_are_readable_with_units(tmp_path):
     a = api.analyze("llama2-7b")
     labels = [label for label, _, _ in summary_items(a)]
-    assert labels[0] == "step time"
+    assert labels[0] == "estimated step time"
     for want in ("peak bandwidth", "peak compute", "memory per GPU (GiB)", "on-chip buffer",
                  "samples/s"):
         assert want in labels

@@ -37,10 +37,9 @@ def test_signpost_windows_that_contradict_or_select_nothing(capsys):
     code, _, err = cli_in_process(capsys, "analyze", str(CSV), "--ignore-signposts",
                                   "--start-signpost", START, "--json")
     one_error(code, err, "not both")
-    code, out, err = cli_in_process(capsys, "analyze", str(CSV), "--start-signpost", END,
-                                    "--end-signpost", START, "--json")
-    assert code == 0 and json.loads(out)["rows"] == []
-    assert "no device operation after" in err and "before the start one" in err
+    code, _, err = cli_in_process(capsys, "analyze", str(CSV), "--start-signpost", END,
+                                  "--end-signpost", START, "--json")
+    one_error(code, err, "no device operation after", "before the start one")
     code, out, _ = cli_in_process(capsys, "analyze", str(CSV), "--end-signpost", END, "--json")
     assert json.loads(out)["summary"]["window"] == f"from the start until {END!r}"
 

@@ -20,14 +20,48 @@ def analyze(source: str | Path, *, kind: str | None = None, measured: str | Path
     profiler CSV (the kind is detected unless given); ``extra``: kind-specific options
     (PyBuda: netlist, dir, spatial_epochs; tt-metal: start/end_signpost, ignore_signposts)."""
     path = Path(source)
-    if (path.suffix or len(path.parts) > 1) and not path.exists() and kind is None:
+    if (path.suffix or len(path.parts) > 1) and not path.exists() and kind is None \
+            and not _bundled_config(path):
         raise OpatlasError(f"{path}: no such file or folder (opatlas analyze reads a training "
                            f"config or bundled config name, a results store, a profiler trace, "
                            f"a PyBuda run or a tt-metal profiler CSV)")
     extra = {**({"device": device} if device else {}), **(extra or {})}
-    return read(source, kind, ReadOptions(measured=None if measured is None else Path(measured),
-                                          models=None if models is None else Path(models),
-                                          strict=strict, extra=extra))
+    analysis = read(source, kind, ReadOptions(measured=None if measured is None else Path(measured),
+                                              models=None if models is None else Path(models),
+                                              strict=strict, extra=extra))
+    return said_below_bound(analysis)
+
+
+# the sources whose rows go through why.explain (flagged there): what their times are called
+# and what may put them under their bound (PyBuda flags its rows and says them itself)
+BELOW_BOUND_WHY = {
+    "store": ("measurement(s)", "their data may have stayed in the cache between repetitions, "
+                                "or the timer is coarser than the kernel"),
+    "trace": ("profiled row(s)", "the FLOPs or bytes counted for the op may exceed what its "
+                                 "kernels did (a fused or specialised kernel), the device may not "
+                                 "be the one whose peaks are used (--device), or the time misses "
+                                 "part of the work (another stream or thread)"),
+    "config": ("row(s)", "a measured time (--measured) may have kept its data in the cache "
+                         "between repetitions or have a timer coarser than the kernel, a "
+                         "predicted one comes from a model that undershoots; the step time "
+                         "and MFU include them"),
+}
+
+
+def said_below_bound(analysis: Analysis) -> Analysis:
+    """The analysis with one note on its rows under their bound (why.below_bound_notes), for
+    the sources whose rows why.explain flagged."""
+    from opatlas.analyze.why import below_bound_notes
+
+    if analysis.source.kind not in BELOW_BOUND_WHY:
+        return analysis
+    what, why = BELOW_BOUND_WHY[analysis.source.kind]
+    notes = list(analysis.summary.get("notes") or [])
+    # a saved analysis (--load) has the note already: the same rows give the same words
+    said = [n for n in below_bound_notes(analysis.rows, what, why) if n not in notes]
+    if said:
+        analysis.summary["notes"] = [*notes, *said]
+    return analysis
 
 
 def load(path: str | Path) -> Analysis:
@@ -64,16 +98,23 @@ def write_html(analysis: Analysis, path: str | Path) -> Path:
     return write_atomic(path, render(analysis), "--html")
 
 
+def _bundled_config(path: Path) -> bool:
+    """A bundled config's name with a dot in it (``qwen2.5-7b``), not a missing file."""
+    from opatlas.analyze.sources.config import bundled
+
+    return len(path.parts) == 1 and bundled(path.name)
+
+
 def write_trace(analysis: Analysis, path: str | Path) -> Path:
     """The estimated step as a Chrome/Perfetto trace: configs only (it needs the schedule)."""
     if analysis.source.kind != "config":
         raise OpatlasError(f"--trace exports an estimated step: it needs a training config, "
                            f"not a {analysis.source.kind} ({analysis.source.path})")
     from opatlas.analyze.perfetto import write_trace as perfetto_trace
-    from opatlas.analyze.sources.config import estimate_for
+    from opatlas.analyze.sources.config import estimate_of
 
-    est = estimate_for(Path(analysis.source.path))
-    return Path(perfetto_trace(est, Path(path)) or path)
+    # the layout the analysis shows: its estimate options (--gpus, --set ...) applied again
+    return Path(perfetto_trace(estimate_of(analysis), Path(path)) or path)
 
 
 def print_table(analysis: Analysis, top: int = 25, file: IO[str] | None = None) -> None:

@@ -178,7 +178,7 @@ def time_breakdown(analysis: Analysis) -> list[tuple[str, float]]:
     return sorted(((k, v) for k, v in by.items() if v > 0), key=lambda kv: -kv[1])
 
 
-DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util"}
+DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util", "percent_keys"}
 MAX_DETAIL_ROWS = 500
 
 
@@ -190,9 +190,21 @@ def detail_tables(analysis: Analysis) -> list[dict[str, Any]]:
     for key, value in analysis.summary.items():
         rows = None if key in DETAIL_SKIP else _records(value)
         if rows:
+            pct = percent_columns(analysis.summary, key)
+            rows = [{(f"{k} (%)" if k in pct else k): v for k, v in r.items()} for r in rows]
             out.append({"title": summary_label(key), "rows": rows[:MAX_DETAIL_ROWS],
                         "total": len(rows)})
     return out
+
+
+def percent_columns(summary: dict[str, Any], table: str | None = None) -> set[str]:
+    """The summary's keys (``table`` None) or a summary table's columns whose values are
+    percents, not the views' fractions: ``percent_keys`` names them (PyBuda's own figures,
+    2.22 for 2.22 %), "table.column" for a table's column."""
+    keys = summary.get("percent_keys") or []
+    if table is None:
+        return {k for k in keys if "." not in k}
+    return {k.split(".", 1)[1] for k in keys if k.startswith(f"{table}.")}
 
 
 def _records(value: Any) -> list[dict[str, Any]] | None:
@@ -221,7 +233,7 @@ def _group_util(stated: Any, sub: pd.DataFrame, summed: float) -> float:
 
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
                 "estimation_error_label", "word_bytes", "stage", "total_time_s",
-                "total_time_label", "group_times_s", "group_util"}
+                "total_time_label", "group_times_s", "group_util", "percent_keys"}
 
 # readable labels (with the unit where the value shows none) of the sources' summary keys
 SUMMARY_LABELS = {
@@ -264,9 +276,11 @@ def summary_label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _summary_value(key: str, v: Any) -> str:
+def _summary_value(key: str, v: Any, percents: set[str] | frozenset[str] = frozenset()) -> str:
     if key == "onchip_bytes" and (missing(v) or not isinstance(v, int | float) or v <= 0):
         return "unknown"  # an empirical device: its on-chip buffer is not known, not 0 B
+    if key in percents and isinstance(v, int | float) and not missing(v):
+        return f"{_number(float(v))}%"  # a percent already (PyBuda's 2.22 is 2.22 %)
     return fmt(v, Column(key=key, label=key, unit=unit_of(key), role="count"))
 
 
@@ -292,6 +306,7 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
         items.append((label, f"{100 * e:.1f}%" if "|" in label else f"{100 * e:+.1f}%",
                       highlight(e, Column(key="e", label="e", role="error"))))
     shown = {"total_time_s", "throughput", "utilization", "estimation_error"}
+    percents = percent_columns(s)
     for k, v in s.items():
         if k in shown or k in SUMMARY_SKIP or isinstance(v, dict | list):
             continue
@@ -299,7 +314,7 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
                 and not missing(v)
                 and math.isclose(float(v), total, rel_tol=1e-9, abs_tol=1e-15)):
             continue  # the total again (a step or busy time equal to the rows' sum)
-        items.append((summary_label(k), _summary_value(k, v), None))
+        items.append((summary_label(k), _summary_value(k, v, percents), None))
     return _distinct_total(analysis, items)
 
 
@@ -320,8 +335,22 @@ def _distinct_total(analysis: Analysis,
 
 PLAIN_KEYS = ("id", "op", "pass", "category", "name", "group", "calls", "time_s",
               "predicted_time_s", "measured_time_s", "error", "share", "util", "bound_time_s",
-              "headroom", "limiter", "shape")  # the shape tells equal names apart
+              "headroom", "limiter", "flags", "shape")  # the shape tells equal names apart
 _LEFT = ("id", "group", "text", "shape")
+
+
+def plain_columns(analysis: Analysis) -> list[Column]:
+    """The ``PLAIN_KEYS`` columns the analysis has. The group slot takes the source's group
+    column whatever its key (PyBuda's epoch, tt-metal's device); the util slot the util of
+    the time shown: PyBuda's time is the bandwidth-bound kernel time, so its util there is
+    ``bw_util`` (its ``util`` is the kernel's with infinite bandwidth, a shorter time)."""
+    have = {c.key: c for c in visible_columns(analysis)}
+    group = next((c for c in have.values() if c.role == "group"), None)
+    if group is not None:
+        have["group"] = group
+    if "bw_util" in have:
+        have["util"] = have["bw_util"]
+    return [have[k] for k in PLAIN_KEYS if k in have]
 
 
 def rich_table(analysis: Analysis, top: int = 25) -> Any:
@@ -330,8 +359,7 @@ def rich_table(analysis: Analysis, top: int = 25) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    have = {c.key: c for c in visible_columns(analysis)}
-    cols = [have[k] for k in PLAIN_KEYS if k in have]
+    cols = plain_columns(analysis)
     title = analysis.summary.get("title", analysis.source.path)
     t = Table(title=f"{title}: {len(analysis.rows)} rows, slowest {min(top, len(analysis.rows))}")
     for c in cols:

@@ -1,12 +1,18 @@
 """Why a row takes its time: achieved FLOP/s and bytes/s against the device's peaks, the roofline
 time, the Orojenesis minimum DRAM traffic of GEMM-like ops at the device's on-chip buffer, the
-bound (the largest of these times), the headroom (time / bound) and the limiter.
+bound (the largest of these times), the headroom (time / bound), the limiter, and a flag on
+rows whose time is under their bound (headroom < 1: the data contradict the bound).
 
 Every source computes its rows' FLOPs, bytes and GEMM dimensions its own way, then calls
-:func:`explain` once on the whole table (vectorised but for one frontier per distinct GEMM)."""
+:func:`explain` once on the whole table (vectorised but for one frontier per distinct GEMM).
+
+A device outside the catalog is described by its own data (:func:`empirical_peaks`): the best
+FLOP/s and bytes/s its rows attain. Its bandwidth is only that of rows that can show it: see
+:data:`MEMORY_EVIDENCE_INTENSITY`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +26,13 @@ from opatlas.analyze.model import Column
 # launch latency, synchronisation, small-kernel overhead
 OVERHEAD_HEADROOM = 10.0
 Gemm = tuple[int, int, int, int]  # (batch, M, K, N): batch x [M, K] x [K, N]
+BELOW_BOUND = "below bound"  # the flag of a row whose time is under its bound
+# A row doing at most this many FLOPs per byte of its minimum traffic (element-wise ops,
+# normalisations, GEMVs: about 0.1 to 1) is memory-bound on any device whose ridge point (peak
+# FLOP/s / bandwidth) is above it, which every catalog device's is (fp32: A100 ~10, a server
+# CPU ~5 to 20): its bytes/s is evidence of the bandwidth. A GEMM (tens to thousands of FLOP/B)
+# is not: its bytes/s is set by its compute, far under the bandwidth.
+MEMORY_EVIDENCE_INTENSITY = 2.0
 
 
 @dataclass(frozen=True)
@@ -32,7 +45,49 @@ class Peaks:
     onchip_bytes: float  # the on-chip buffer the Orojenesis bound assumes (0: none known)
     word_bytes: int = 2
 
+    @property
+    def memory_roof(self) -> bool:
+        """False for an empirical device whose data cannot show its bandwidth (``bytes_s``
+        infinite): rows are then bounded by compute alone."""
+        return bool(np.isfinite(self.bytes_s))
 
+
+def memory_evidence(flops: Any, nbytes: Any) -> bool:
+    """Whether some row can evidence the bandwidth: it moves bytes at an operational intensity
+    of at most :data:`MEMORY_EVIDENCE_INTENSITY` FLOP/B."""
+    f = np.asarray(pd.to_numeric(pd.Series(flops), errors="coerce"), dtype=float)
+    b = np.asarray(pd.to_numeric(pd.Series(nbytes), errors="coerce"), dtype=float)
+    f = np.where(np.isfinite(f), f, 0.0)  # no FLOPs counted: a pure data move
+    ok = np.isfinite(b) & (b > 0)
+    return bool(np.any(f[ok] <= MEMORY_EVIDENCE_INTENSITY * b[ok]))
+
+
+def empirical_peaks_text(memory_roof: bool) -> str:
+    """The summary's word on an empirical device's peaks (its ``peaks`` card)."""
+    return ("empirical: the best its own data attain" if memory_roof else
+            "empirical: the best its own data attain; no memory roof (bandwidth not shown by "
+            "the data)")
+
+
+def empirical_peaks(name: str, flops_s: float, bytes_s: float, dtype: str, word: int,
+                    flops: Any, nbytes: Any, what: str = "measurements"
+                    ) -> tuple[Peaks, list[str]]:
+    """The peaks of a device outside the catalog, from the best FLOP/s (``flops_s``) and
+    bytes/s (``bytes_s``) its own rows (``flops``, ``nbytes``) attain, and the notes that say
+    so. When no row can evidence the bandwidth (:func:`memory_evidence`), ``bytes_s`` is only
+    what compute-bound rows happened to move: the peaks then have no memory roof (infinite
+    bandwidth) rather than that underestimate, which would make those rows "memory"-bound."""
+    notes = [f"{name} is not in the catalog: its peaks are empirical, the best its own {what} "
+             f"attain ({flops_s / 1e9:,.2f} GFLOP/s {dtype}, {bytes_s / 1e9:,.2f} GB/s), not a "
+             f"datasheet's: util is relative to them, and 100% is the best measured, not the "
+             f"device's limit"]
+    if memory_evidence(flops, nbytes):
+        return Peaks(name, flops_s, bytes_s, 0.0, word), notes
+    notes.append(f"{name}: no memory roof: none of its {what} can show its bandwidth (each "
+                 f"does more than {MEMORY_EVIDENCE_INTENSITY:g} FLOPs per byte, so its bytes/s "
+                 f"is set by its compute; the {bytes_s / 1e9:,.2f} GB/s they reach is not the "
+                 f"bandwidth): bounds are from compute alone, and no row is 'memory'-limited")
+    return Peaks(name, flops_s, math.inf, 0.0, word), notes
 # (GEMM, word bytes, on-chip bytes) -> the Orojenesis minimum traffic (bytes); a few thousand
 # distinct GEMMs in a big store, each a search of milliseconds
 _TRAFFIC: dict[tuple[Gemm, int, float], float] = {}
@@ -147,15 +202,16 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
     given = r["limiter"] if "limiter" in r else pd.Series([None] * len(r), index=r.index)
     kernel_row = given.isna().to_numpy()  # collectives, bubbles: no device roofline
     r["util_compute"] = np.where(kernel_row, r["achieved_flops_s"] / peaks.flops_s, np.nan)
-    r["util_memory"] = np.where(kernel_row, r["achieved_bytes_s"] / peaks.bytes_s, np.nan)
+    memory_row = kernel_row & peaks.memory_roof  # no memory roof: no memory bound nor util
+    r["util_memory"] = np.where(memory_row, r["achieved_bytes_s"] / peaks.bytes_s, np.nan)
     compute_s = np.where(kernel_row, flops / peaks.flops_s, np.nan)
-    memory_s = np.where(kernel_row, nbytes / peaks.bytes_s, np.nan)
+    memory_s = np.where(memory_row, nbytes / peaks.bytes_s, np.nan)
     r["roofline_time_s"] = np.fmax(compute_s, memory_s)
     gemms = r["gemms"].tolist() if "gemms" in r else [None] * len(r)
     oro = orojenesis_bytes([g if k else None for g, k in zip(gemms, kernel_row, strict=True)],
                            peaks) * calls
     r["orojenesis_bytes"] = oro
-    r["orojenesis_time_s"] = oro / peaks.bytes_s
+    r["orojenesis_time_s"] = oro / peaks.bytes_s if peaks.memory_roof else np.nan
     bound = np.fmax(r["roofline_time_s"].to_numpy(float), r["orojenesis_time_s"].to_numpy(float))
     comm = (pd.to_numeric(r["comm_bound_s"], errors="coerce").to_numpy(float)
             if "comm_bound_s" in r else np.full(len(r), np.nan))
@@ -175,7 +231,38 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
     busier = np.fmax(r["util_compute"].to_numpy(float), r["util_memory"].to_numpy(float))
     r["util"] = np.where(r["limiter"] == "memory", r["util_memory"],
                          np.where(r["limiter"] == "compute", r["util_compute"], busier))
+    r["flags"] = _flags(r)
     return r.drop(columns=[c for c in ("gemms", "comm_bound_s") if c in r])
+
+
+def _flags(r: pd.DataFrame) -> list[str]:
+    """The rows' flags (any the source set, then the below-bound one, as PyBuda's rows)."""
+    given = r["flags"].fillna("").astype(str).tolist() if "flags" in r else [""] * len(r)
+    out = []
+    for flag, h in zip(given, r["headroom"].to_numpy(float), strict=True):
+        low = f"{BELOW_BOUND}: time is {h:.2f}x the bound" if h < 1 - 1e-9 else ""
+        out.append(", ".join(f for f in (flag, low) if f))
+    return out
+
+
+def below_bound_notes(rows: pd.DataFrame, what: str, why: str) -> list[str]:
+    """One note on the rows whose time is under their bound (headroom < 1, flagged
+    :data:`BELOW_BOUND`): how many, the (op, pass) pairs worst first with their count, and
+    the lowest headroom. ``what``: the rows' times ("measurement(s)"); ``why``: what may
+    explain them — not a fault of the bound (the least work at the device's peaks) but of the
+    time or of the counts."""
+    if "headroom" not in rows or rows.empty:
+        return []
+    low = rows[pd.to_numeric(rows["headroom"], errors="coerce") < 1 - 1e-9]
+    if low.empty:
+        return []
+    by = low.groupby(["op", "pass"], sort=False)["headroom"].agg(["size", "min"])
+    by = by.sort_values(["min", "size"], ascending=[True, False])
+    named = ", ".join(f"{op} {pass_} ({int(n)})" for (op, pass_), n in by["size"].head(5).items())
+    (op, pass_), worst = by.index[0], float(by["min"].iloc[0])
+    return [f"{len(low)} {what} faster than their bound (headroom < 1): {named}"
+            f"{' ...' if len(by) > 5 else ''}; the lowest is {worst:.2f}x ({op} {pass_}); "
+            f"flagged '{BELOW_BOUND}': {why}"]
 
 
 # the columns explain() adds, described once for every view: the verdict first (what a
@@ -190,6 +277,9 @@ WHY_FIRST = [
     Column(key="headroom", label="headroom", role="ratio", unit="x",
            help="time / bound: how far from the limit"),
     Column(key="limiter", label="limiter", role="text"),
+    Column(key="flags", label="flags", role="text",
+           help=f"'{BELOW_BOUND}': the time is under its bound (headroom < 1): the data "
+                f"contradict the bound, check them"),
     Column(key="bound_time_s", label="bound", role="bound", unit="s",
            help="the largest of the bound times"),
 ]

@@ -9,12 +9,15 @@ from typing import Any
 
 import typer
 
+from opatlas.cli import estimate_run as er
 from opatlas.cli.common import one_to_stdout
 from opatlas.errors import OpatlasError
 
 
 def analyze(
-    source: str | None = typer.Argument(None, help="A training config (or bundled name), a "
+    source: str | None = typer.Argument(None, help="A training config (YAML, a Hugging Face "
+                                                   "config.json, or a bundled name: any "
+                                                   "opatlas estimate config), a "
                                                    "results store (.duckdb), a torch.profiler "
                                                    "trace (.json, .json.gz), a PyBuda run folder "
                                                    "or netlist, or a tt-metal ops_perf_results "
@@ -48,6 +51,14 @@ def analyze(
                                             "until this signpost."),
     ignore_signposts: bool = typer.Option(False, "--ignore-signposts", help="tt-metal: the "
                                           "whole file, whatever its signposts."),
+    megatron_args: str | None = er.MegatronOpt,
+    gpus: int | None = typer.Option(None, "--gpus", min=1, help="Configs: the GPUs a Hugging "
+                                    "Face config or Megatron arguments run on (dp = GPUs / "
+                                    "(tp·pp)), as opatlas estimate --gpus."),
+    gpus_per_node: int | None = er.GpusPerNodeOpt,
+    sets: list[str] | None = er.SetOpt,
+    analytical: bool = typer.Option(False, "--analytical", help="Configs: roofline ops and "
+                                    "alpha-beta collectives, no data (as opatlas estimate)."),
 ) -> None:
     """Per op: measured vs predicted vs bound, and why (compute, memory, communication ...).
 
@@ -56,6 +67,8 @@ def analyze(
         opatlas analyze llama2-7b --html report.html
 
         opatlas analyze llemma_7b_4_2_2_P --measured a100.duckdb --json
+
+        opatlas analyze qwen3-8b --gpus 64 --set parallel.tp=4 --set model.seq_len=8192
 
         opatlas analyze trace.json.gz --device H100 --tui
 
@@ -70,13 +83,21 @@ def analyze(
     extra = {k: v for k, v in {"netlist": netlist, "dir": run_dir,
                                "spatial_epochs": spatial_epochs or None,
                                "start_signpost": start_signpost, "end_signpost": end_signpost,
-                               "ignore_signposts": ignore_signposts or None}.items() if v}
+                               "ignore_signposts": ignore_signposts or None,
+                               "megatron_args": megatron_args, "gpus": gpus,
+                               "gpus_per_node": gpus_per_node, "sets": sets,
+                               "analytical": analytical or None}.items() if v}
     _check_pybuda_paths(netlist, run_dir)
     if source is None and load is None and (netlist or run_dir):
         source = str(netlist or run_dir)
     if kind is None and (netlist or run_dir) and _kind_of(source) in (None, "pybuda", "config"):
         kind = "pybuda"  # only a PyBuda run takes a netlist or a run folder
+    if megatron_args is not None:
+        source, kind = _megatron_source(megatron_args, source, load, kind)
     _check_source(source, load, kind)
+    if load is None and kind is None:  # detected once, here: what it is decides what applies
+        kind = _kind_of(source)  # None: the reader names what it cannot tell
+    _check_trace(trace, source, load, kind)
     one_to_stdout({**{f"{flag} -": str(path) == "-" for flag, path in (
         ("--csv", csv), ("--html", html), ("--trace", trace), ("--save", save))},
         "--json": as_json})
@@ -95,8 +116,8 @@ def analyze(
             typer.echo(json.dumps(analysis.document()))
             return
         if tui or (sys.stdout.isatty() and not any(files.values())):
-            api.run_app(analysis, source=source, kind=kind, measured=measured, device=device,
-                        extra=extra or None)
+            api.run_app(analysis, source=source, kind=kind, measured=measured, models=models,
+                        device=device, strict=strict, extra=extra or None)
         elif not any(files.values()):
             api.print_table(analysis)
     except BrokenPipeError:
@@ -120,6 +141,32 @@ def _check_source(source: str | None, load: Path | None, kind: str | None) -> No
         raise OpatlasError(f"--load opens a saved analysis; --kind {kind} does not apply")
     if load is not None and load.is_dir():
         raise OpatlasError(f"--load {load}: is a folder; give the .json file kept with --save")
+
+
+def _megatron_source(args: str, source: str | None, load: Path | None, kind: str | None
+                     ) -> tuple[str, str]:
+    """(source, kind) for Megatron-LM arguments, which stand for the config as in ``opatlas
+    estimate``: the source is their @file, or a label for inline arguments."""
+    from opatlas.analyze.sources.config import MEGATRON_LABEL
+
+    if source is not None or load is not None:
+        raise OpatlasError(f"give a SOURCE ({source or load}) or --megatron-args, not both "
+                           f"(use --set for the cluster, e.g. --set cluster.preset=dgx-a100)")
+    if kind not in (None, "config"):
+        raise OpatlasError(f"--megatron-args describe a training run (--kind config), not "
+                           f"--kind {kind}")
+    return (args if args.startswith("@") else MEGATRON_LABEL), "config"
+
+
+def _check_trace(trace: Path | None, source: str | None, load: Path | None,
+                 kind: str | None) -> None:
+    """--trace needs a config: refused before a store or a trace is read (minutes for a big
+    store), not after. A saved analysis (--load, or as the SOURCE) is checked once opened,
+    which is quick: it may be a config's."""
+    if trace is None or load is not None or kind in (None, "config", "analysis"):
+        return
+    raise OpatlasError(f"--trace exports an estimated step: it needs a training config, not "
+                       f"a {kind} ({source})")
 
 
 def _kind_of(path: str | Path | None) -> str | None:

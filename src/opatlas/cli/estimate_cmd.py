@@ -59,17 +59,14 @@ def estimate(
         opatlas estimate --megatron-args @examples/megatron/gpt3-175b.args --gpus 1024
     """
     from opatlas.estimate import estimate_step, search
+    from opatlas.estimate.inputs import with_flags
 
     cfg, input_steps, notes = er.load(config, megatron_args, gpus, gpus_per_node, sets,
                                       do_search, strict)
     if top is not None and not do_search:
         typer.echo("note: --top ranks the layouts of --search; ignored without it", err=True)
     top = 10 if top is None else top
-    if strict:
-        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
-    if analytical:
-        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
-                                     "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
+    cfg = with_flags(cfg, strict, analytical)
     if strict and cfg.ops.mode == "analytical":
         typer.echo("note: --strict: ops.mode is analytical, so every op is timed by the roofline "
                    "by choice and nothing can fall back (ops.mode: data to use measurements)",
@@ -117,12 +114,11 @@ def estimate(
 def _check_fits(est: Any, strict: bool, as_json: bool) -> None:
     """A layout that does not fit: an error under --strict; said on stderr for --json (the
     text output says it in its verdict)."""
-    import math
+    from opatlas.estimate.inputs import out_of_memory
 
-    if est.fits or not math.isfinite(est.memory_limit_gib):
+    msg = out_of_memory(est)
+    if msg is None:
         return
-    msg = (f"the layout needs {est.memory_gib:.1f} GiB per GPU, more than the "
-           f"{est.memory_limit_gib:.0f} GiB it can use (out of memory)")
     if strict:
         raise OpatlasError(f"{msg}; --strict")
     if as_json:

@@ -130,3 +130,25 @@ def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
         return SpecError(f"{exc.detail} (with --set {' --set '.join(inside)})", file=exc.file,
                          key=exc.key)
     return exc
+
+
+def with_flags(cfg: TrainConfig, strict: bool, analytical: bool) -> TrainConfig:
+    """``cfg`` as the ``--strict`` and ``--analytical`` flags change it (estimate, analyze):
+    ops.strict; roofline ops with alpha-beta collectives (no NCCL data)."""
+    if strict:
+        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
+    if analytical:
+        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
+                                     "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
+    return cfg
+
+
+def out_of_memory(est: Any) -> str | None:
+    """What a layout that does not fit in memory needs, in one phrase; None when it fits (or
+    the device's memory is not known)."""
+    import math
+
+    if est.fits or not math.isfinite(est.memory_limit_gib):
+        return None
+    return (f"the layout needs {est.memory_gib:.1f} GiB per GPU, more than the "
+            f"{est.memory_limit_gib:.0f} GiB it can use (out of memory)")

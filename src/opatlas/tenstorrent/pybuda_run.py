@@ -273,7 +273,7 @@ def summarize_epoch(epoch: int, ops: dict[str, dict[str, Any]], scores: dict[str
                                       for r in recs) if has_est else None),
         "sum_kernel": sum(r["kernel_cycles"] for r in recs),
         "sum_kernel_bw": sum(r["bw_kernel_cycles"] for r in recs),
-        "balancer_epoch_score": scores.get(str(epoch), 0.0),
+        "balancer_epoch_score": scores.get(str(epoch)),  # None: no score, not 0
         "ops": len(recs),
     }
 
@@ -294,7 +294,7 @@ def summarize_model(epochs: list[dict[str, Any]], scores: dict[str, float], nl: 
     return {
         "overall_speed": int(nl.clock_hz / cycles),
         "overall_util": trunc(sum(e["util"] * e["pipeline_cycles"] for e in epochs) / cycles, 2),
-        "balancer_solution_score": scores.get("total", 0.0),
+        "balancer_solution_score": scores.get("total"),  # None without balancer_score.csv
         "kernel_estimation_error": err("sum_estimated_kernel_err", kernel),
         "kernel_bw_estimation_error": err("sum_estimated_lim_err", kernel_bw),
         "pipeline_cycles": cycles,

@@ -7,8 +7,9 @@ keeps the rows instead of printing them.
 
 What it adds: per device and merged totals, a per-op-code summary, op-to-op gap totals, the top
 ops by device time, and beside tt-metal's ``PM IDEAL/COMPUTE/BANDWIDTH`` columns opatlas's own
-bound — Orojenesis traffic at the cores' L1 for matmuls, the calibrated Wormhole reshard
-simulator for reshards (where the row pins down the shape, grids and strategies)."""
+bound — Orojenesis traffic at the cores' L1 for matmuls, FLOPs at the cores' peak for convs
+(compute only), the calibrated Wormhole reshard simulator for reshards (where the row pins
+down the shape, grids and strategies)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ PM_COLUMNS = {"PM IDEAL [ns]": "pm_ideal_ns", "PM COMPUTE [ns]": "pm_compute_ns"
               "PM BANDWIDTH [ns]": "pm_bandwidth_ns"}
 RESHARD_OPS = ("ReshardDeviceOperation", "InterleavedToShardedDeviceOperation",
                "ShardedToInterleavedDeviceOperation")
+CONV_OPS = ("OptimizedConvNew", "Conv2d")  # the op codes tt-perf-report reads as convs
 RAW = "_csv_row"    # where a report row keeps its CSV row
 HIGH_GAP_US = 6.5   # tt-perf-report's "High Op-to-Op Gap" advice threshold
 GAP_FLOOR_US = 6.0  # ... and the gap it counts as unavoidable without tracing
@@ -155,19 +157,21 @@ def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[s
         if name is not None and name not in signposts:
             known = ", ".join(dict.fromkeys(signposts)) or "none"
             raise OpatlasError(f"{path} has no signpost {name!r} (its signposts: {known})")
+    if df[df["OP TYPE"] != "signpost"].empty:
+        raise OpatlasError(f"{path} holds no device operation (signposts only, or no row): "
+                           f"nothing to analyse")
     sel = tpr.filter_by_signpost(df, w.start_signpost, w.end_signpost, w.ignore_signposts, False)
     named = bool(w.start_signpost or w.end_signpost)
     if named and sel[sel["OP TYPE"] != "signpost"].empty:
+        # the window the user named selects nothing: an error, as an empty store is (the
+        # default window falls back to the whole file below, said in a note)
         hint = (" (is the end signpost before the start one?)"
                 if w.start_signpost and w.end_signpost else "")
-        msg = f"{path}: no device operation {_window_text(w, signposts)}{hint}"
-        if strict:
-            raise OpatlasError(msg)
-        return sel, _window_text(w, signposts), [msg]
-    if not sel.empty or named or df[df["OP TYPE"] != "signpost"].empty:
-        notes = [] if not df[df["OP TYPE"] != "signpost"].empty else \
-            [f"{path}: the file holds no device operation"]
-        return sel, _window_text(w, signposts), notes
+        raise OpatlasError(f"{path}: no device operation {_window_text(w, signposts)}{hint}; "
+                           f"name another --start-signpost/--end-signpost, or give "
+                           f"--ignore-signposts")
+    if not sel.empty or named:
+        return sel, _window_text(w, signposts), []
     empty = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
              f"tt-perf-report analyses by default")
     msg = (f"{empty}; analysing the whole file instead (tt-perf-report --ignore-signposts). "
@@ -268,6 +272,23 @@ def matmul_dims(tpr: Any, raw: pd.Series, fmt: Any) -> tuple[int, int, int, int]
         return None
     w0, z0, y0, x0, w1, z1, _y1, x1 = vals
     return max(w0, w1) * max(z0, z1), y0, x0, x1
+
+
+def conv_gemm(tpr: Any, raw: dict[str, Any], fmt: Any) -> tuple[int, int, int] | None:
+    """(M, K, N) of a conv row's implicit GEMM, read as tt-perf-report's ``analyze_conv``
+    reads it: M = the output's N·H·W (OUTPUT_0 Y), K = input channels × window (INPUT_0 X ×
+    window_hw), N = output channels (the weights' INPUT_1 X); None where a cell is missing."""
+    try:
+        dims = [tpr.get_tensor_dim(raw, p, k, fmt)
+                for p, k in (("OUTPUT_0", "Y"), ("INPUT_0", "X"), ("INPUT_1", "X"))]
+    except KeyError:
+        return None
+    attrs = raw.get("ATTRIBUTES")
+    window = tpr.get_conv_window_hw(attrs if isinstance(attrs, str) else "")
+    if window is None or any(d is None for d in dims):
+        return None
+    nhw, c_in, c_out = dims
+    return nhw, c_in * window[0] * window[1], c_out
 
 
 @cache

@@ -44,7 +44,9 @@ class SourceKind:
 OPTION_FLAGS = {"measured": "--measured", "models": "--models", "device": "--device",
                 "netlist": "--netlist", "dir": "--dir", "spatial_epochs": "--spatial-epochs",
                 "start_signpost": "--start-signpost", "end_signpost": "--end-signpost",
-                "ignore_signposts": "--ignore-signposts"}
+                "ignore_signposts": "--ignore-signposts", "megatron_args": "--megatron-args",
+                "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "sets": "--set",
+                "analytical": "--analytical"}
 
 
 _KINDS: dict[str, SourceKind] = {}
@@ -74,20 +76,27 @@ def detect(path: Path) -> SourceKind:
                            f"name (bundled: {', '.join(bundled_configs())})")
     if path.is_dir():
         raise OpatlasError(f"{path}: a folder, but not a PyBuda run (no *netlist.yaml nor "
-                           f"perf_results/ in it), the only folder opatlas analyze reads; "
-                           f"else give one file: a training config, a results store "
-                           f"(.duckdb), a profiler trace (.json, .json.gz) or a tt-metal CSV")
+                           f"perf_results/ in it) nor a Hugging Face model (no config.json "
+                           f"in it), the folders opatlas analyze reads; else give one file: "
+                           f"a training config, a results store (.duckdb), a profiler trace "
+                           f"(.json, .json.gz) or a tt-metal CSV")
+    if path.suffix == ".args":  # opatlas estimate takes them as an option, not as its config
+        raise OpatlasError(f"{path}: Megatron-LM launch arguments are given as --megatron-args "
+                           f"@{path} (with --gpus N for the world size), as opatlas estimate "
+                           f"takes them, not as the SOURCE")
     known = ", ".join(f"{k.name} ({k.help})" for k in kinds().values())
     raise OpatlasError(f"{path}: cannot tell what this is. opatlas analyze reads: {known}. "
                        f"Name the kind with --kind if the file is one of them.")
 
 
 def bundled_configs() -> list[str]:
-    """The names of the training configs opatlas ships (opatlas/data/configs/*.yml)."""
+    """The names of the configs opatlas ships, as ``opatlas estimate`` takes them: training
+    configs (opatlas/data/configs/*.yml), then Hugging Face ones (opatlas/data/hf/*.json)."""
     from importlib import resources
 
-    folder = resources.files("opatlas") / "data" / "configs"
-    return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".yml"))
+    data = resources.files("opatlas") / "data"
+    return [*sorted(p.name[:-4] for p in (data / "configs").iterdir() if p.name.endswith(".yml")),
+            *sorted(p.name[:-5] for p in (data / "hf").iterdir() if p.name.endswith(".json"))]
 
 
 def read(path: str | Path, kind: str | None = None,
@@ -114,8 +123,9 @@ def read(path: str | Path, kind: str | None = None,
 
 def _check_named_kind(path: Path, k: SourceKind) -> None:
     """A folder given as a kind that reads one file is said as such (not as the reader's
-    "Is a directory")."""
-    if path.is_dir() and k.name not in FOLDER_KINDS:
+    "Is a directory"); a kind that recognises the folder (a Hugging Face model's, for a
+    config) reads it."""
+    if path.is_dir() and k.name not in FOLDER_KINDS and not k.detect(path):
         raise OpatlasError(f"{path} is a folder, but --kind {k.name} reads one file: {k.help}")
 
 

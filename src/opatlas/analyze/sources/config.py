@@ -55,25 +55,79 @@ MEASURED_COLUMNS = [
 
 
 def detect(path: Path) -> bool:
-    if path.suffix in (".yml", ".yaml"):
-        return True
-    if path.suffix or path.exists():
-        return False
+    """What ``opatlas estimate`` reads as its config: a YAML, a Hugging Face config.json (or
+    the folder holding one) or a training config in JSON, or a bundled name (a YAML example
+    or a Hugging Face config: ``qwen2.5-7b``, whose dot is no suffix)."""
+    if not path.exists():
+        return bundled(path.name)
+    if path.is_dir():
+        return _is_config_json(path / "config.json")
+    return path.suffix in (".yml", ".yaml") or (path.suffix == ".json"
+                                                and _is_config_json(path))
+
+
+def bundled(name: str) -> bool:
+    """A bundled example YAML or Hugging Face config of that name (as ``read_config`` finds
+    them)."""
     from importlib import resources
 
-    bundled = resources.files("opatlas") / "data" / "configs" / f"{path.name}.yml"
-    return bundled.is_file()
+    from opatlas.estimate.hf import bundled_hf
+
+    example = resources.files("opatlas") / "data" / "configs" / f"{name.removesuffix('.yml')}.yml"
+    return example.is_file() or bundled_hf(name) is not None
+
+
+# a training config or a Hugging Face config.json is a few KB; a larger .json is a trace
+_CONFIG_JSON_MAX_BYTES = 1 << 20
+
+
+def _is_config_json(path: Path) -> bool:
+    """A small JSON mapping that ``read_config`` takes: a Hugging Face config, an
+    estimate-train-time one or an opatlas one (a ``model`` section); not a trace nor a saved
+    analysis (detected after the configs)."""
+    from opatlas.estimate.hf import is_hf_config
+
+    try:
+        if not path.is_file() or path.stat().st_size > _CONFIG_JSON_MAX_BYTES:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict) or "traceEvents" in data \
+            or data.get("format") == "opatlas-analysis":
+        return False  # a profiler trace, a saved analysis
+    return is_hf_config(data) or "training_config" in data or isinstance(data.get("model"), dict)
+
+
+# the options of ``opatlas estimate`` that shape the estimate (ReadOptions.extra keys)
+ESTIMATE_OPTIONS = ("megatron_args", "gpus", "gpus_per_node", "sets", "analytical")
+MEGATRON_LABEL = "--megatron-args"  # the source's path when the arguments are inline
+
+
+def estimate_inputs(options: ReadOptions) -> dict[str, Any]:
+    """The estimate options given (``--gpus`` ...), as the summary keeps them: what
+    re-estimating the same step (``--trace``, ``--load``) needs besides the path."""
+    return {k: options.extra[k] for k in ESTIMATE_OPTIONS if options.extra.get(k)}
 
 
 def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
-    """The estimate the analysis of ``path`` shows (also what ``--trace`` exports); its notes
-    begin with what loading the config assumed (defaults, presets, links), as ``opatlas
-    estimate`` says them."""
+    """The estimate the analysis of ``path`` shows (also what ``--trace`` exports), with
+    ``opatlas estimate``'s options in ``options.extra`` (ESTIMATE_OPTIONS); its notes begin
+    with what loading the config assumed (defaults, presets, links), as ``opatlas estimate``
+    says them."""
     from opatlas.estimate import estimate_step
     from opatlas.estimate.inputs import load_inputs
 
+    options = options or ReadOptions()
+    given = estimate_inputs(options)
+    megatron = given.get("megatron_args")
+    # the arguments stand for the config: the path is then their label, not a file
+    config = None if megatron and str(path) in (megatron, MEGATRON_LABEL) else str(path)
     loaded: list[str] = []
-    cfg = load_inputs(str(path), notes=loaded).config
+    cfg = load_inputs(config, megatron_args=megatron, gpus=given.get("gpus"),
+                      gpus_per_node=given.get("gpus_per_node"), sets=given.get("sets") or (),
+                      strict=options.strict, notes=loaded).config
+    cfg = _as_estimate_flags(cfg, options.strict, bool(given.get("analytical")))
     est = estimate_step(cfg)
     if cfg.ops.mode == "analytical":  # the util and headroom columns then echo the input
         loaded.append(f"ops timed by the roofline at {cfg.ops.compute_efficiency:g} of peak "
@@ -84,20 +138,49 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
     return est
 
 
+def _as_estimate_flags(cfg: Any, strict: bool, analytical: bool) -> Any:
+    """``cfg`` as ``opatlas estimate --strict --analytical`` changes it."""
+    from opatlas.estimate.inputs import with_flags
+
+    return with_flags(cfg, strict, analytical)
+
+
+def estimate_of(analysis: Analysis) -> Any:
+    """The estimate a config analysis (read now or kept with --save) was made from: its
+    path with the estimate options it was read with."""
+    inputs = analysis.summary.get("estimate_inputs") or {}
+    return estimate_for(Path(analysis.source.path), ReadOptions(extra=dict(inputs)))
+
+
+def _check_fits(est: Any, strict: bool) -> None:
+    """A layout that does not fit in memory: said (a note, on stderr), an error under
+    --strict, as ``opatlas estimate`` does."""
+    from opatlas.estimate.inputs import out_of_memory
+
+    msg = out_of_memory(est)
+    if msg is None:
+        return
+    if strict:
+        raise OpatlasError(f"{msg}; --strict")
+    est.notes.append(f"{msg}; --strict makes this an error (--gpus N, or --set parallel.KEY=... "
+                     f"for another layout)")
+
+
 def read(path: Path, options: ReadOptions) -> Analysis:
     est = estimate_for(path, options)
+    _check_fits(est, options.strict)
     rows = _rows(est)
     columns = list(COLUMNS)
     if options.measured is not None:
         rows = _apply_measured(rows, est, options.measured, options.strict)
         columns[6:6] = MEASURED_COLUMNS
-        est.notes.append("the timeline (and --trace) show the predicted schedule; the rows "
-                         "and the step time use the measurements")
     peaks = _peaks(est)
     total = float(rows["time_s"].sum())
     analysed = explain(rows, peaks, total)
-    return Analysis(Source(kind="config", path=str(path)), _summary(est, peaks, analysed, total),
-                    analysed, columns, "stage")
+    summary = _summary(est, peaks, analysed, total)
+    if inputs := estimate_inputs(options):
+        summary["estimate_inputs"] = inputs
+    return Analysis(Source(kind="config", path=str(path)), summary, analysed, columns, "stage")
 
 
 def _peaks(est: Any) -> Peaks:
@@ -177,11 +260,18 @@ def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
             rows.at[i, "measured_time_s"] = measured[key] * r["calls"]
     hit = rows["measured_time_s"].notna()
     if not hit.any():
+        from opatlas.devices import get_device
+
         msg = (f"{store_path}: no measurement matches an op, pass and shape of this config on "
-               f"{est.config.cluster.device} {est.config.training.dtype}")
+               f"{get_device(est.config.cluster.device).name} {est.config.training.dtype}")
         if strict:
             raise OpatlasError(f"{msg}; --strict refuses to show the prediction instead")
-        est.notes.append(f"{msg}; the prediction is kept")
+        est.notes.append(f"{msg}; the prediction is kept (the rows, the step time and the "
+                         f"timeline all show the predicted schedule)")
+    else:  # only then do the rows differ from the schedule the timeline draws
+        est.notes.append(f"{int(hit.sum())} of the rows use the measurements of {store_path} "
+                         f"(and so does the step time); the timeline (and --trace) show the "
+                         f"predicted schedule")
     rows.loc[hit, "time_s"] = rows.loc[hit, "measured_time_s"]
     rows["error"] = (rows["predicted_time_s"] - rows["measured_time_s"]) / rows["measured_time_s"]
     stage_before = rows.loc[rows["category"].isin(_STAGE_CATEGORIES), "predicted_time_s"].sum()
@@ -236,7 +326,7 @@ def _summary(est: Any, peaks: Peaks, rows: pd.DataFrame, total: float) -> dict[s
     tokens = c.training.global_batch * seq
     out: dict[str, Any] = {
         "title": f"{c.model.name} on {c.gpus} x {peaks.name}",  # the catalog's name
-        "total_time_s": total, "total_time_label": "step time", "step_time_s": est.step_time_s,
+        "total_time_s": total, "total_time_label": "estimated step time", "step_time_s": est.step_time_s,
         "throughput": tokens / total, "throughput_unit": "tokens/s",
         "samples_per_s": c.training.global_batch / total,
         "utilization": est.mfu * est.step_time_s / total, "utilization_label": "MFU",
@@ -269,5 +359,6 @@ def _timeline(est: Any) -> list[dict[str, Any]]:
 
 
 register(SourceKind("config", detect, read,
-                    "a training config YAML or a bundled example such as llama2-7b",
-                    uses=frozenset({"measured"})))
+                    "a training config (YAML, a Hugging Face config.json) or a bundled "
+                    "example such as llama2-7b or qwen3-8b; or --megatron-args",
+                    uses=frozenset({"measured", *ESTIMATE_OPTIONS})))

@@ -12,6 +12,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.analyze.why import OVERHEAD_HEADROOM
 from opatlas.errors import OpatlasError
 
 KIND = "pybuda"
@@ -181,7 +182,25 @@ def _rates(row: dict[str, Any], what: str) -> dict[str, Any]:
     if row["headroom"] is not None and row["headroom"] < 1 - 1e-9:
         flag = f"{BELOW_BOUND}: {what} time is {row['headroom']:.2f}x the bound"
         row["flags"] = ", ".join(f for f in (row.get("flags"), flag) if f)
+    row["limiter"] = kernel_verdict(row["limiter"], b, row["headroom"])
     return row
+
+
+def kernel_verdict(limiter: str, bound: float | None, headroom: float | None) -> str:
+    """The limiter in the other sources' words. "compute" (no pipe below what the op needs:
+    the kernel itself is the limit) stands only where a bound backs it: without one it is
+    "unknown" (an element-wise op has no FLOP count, hence no compute bound), and more than
+    OVERHEAD_HEADROOM times over its bound it is "overhead", as elsewhere. A pipe's verdict
+    (memory, communication) is the analyzer's or the op model's measured or modelled pipe
+    and stands: the NoC is in no bound, and a DRAM pipe runs at the balancer's share of the
+    chip's bandwidth, not at the peak the bound assumes."""
+    if limiter != "compute":
+        return limiter
+    if not bound:
+        return "unknown"
+    if headroom is not None and headroom > OVERHEAD_HEADROOM:
+        return "overhead"
+    return limiter
 
 
 def below_bound_note(rows: pd.DataFrame, what: str, arch: str) -> list[str]:
@@ -213,7 +232,9 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
     cols += [Column(key="kernel_cycles", label="kernel", role="measured", unit="cycles",
                     help="measured kernel time per input with infinite input/output "
                          "bandwidth"),
-             Column(key="util", label="util", role="util", unit="%")]
+             Column(key="util", label="util", role="util", unit="%",
+                    help="math utilization of the kernel time (infinite bandwidth); that of "
+                         "the time shown, bw_kernel, is bw_util")]
     if has_est:
         cols.append(Column(key="estimated_lim_cycles", label="est_lim", role="estimated",
                            unit="cycles", help="the balancer's limiter cycles"))
@@ -242,6 +263,12 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
                                            "bandwidth, DRAM bytes / DRAM peak)")
 
 
+LIMITER_HELP = ("memory: a DRAM (or PCIe output) pipe below what the op needs; communication: "
+                "a NoC pipe from an op of its epoch; compute: no pipe short, the kernel itself "
+                f"is the limit; overhead: that, but over {OVERHEAD_HEADROOM:g}x its bound; "
+                "unknown: that, with no bound")
+
+
 def _common_cols(time_role: str, bound_help: str) -> list[Column]:
     """The contract's columns, for the plain table and the roofline."""
     return [Column(key="pass", label="pass", role="id"),
@@ -249,7 +276,7 @@ def _common_cols(time_role: str, bound_help: str) -> list[Column]:
                    help="cycles per input / clock"),
             Column(key="bound_time_s", label="bound", role="bound", unit="s", help=bound_help),
             Column(key="headroom", label="headroom", role="ratio", unit="x"),
-            Column(key="limiter", label="limiter"),
+            Column(key="limiter", label="limiter", help=LIMITER_HELP),
             Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
             Column(key="bytes", label="DRAM bytes", role="count", unit="B",
                    help="per input: one entry of each non-prologue DRAM queue read and each "
@@ -295,9 +322,26 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                "reblocking_edges": sum(1 for e in edges if e["reblock"]),
                "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
                                   "max() on a display name and takes the first op)",
-               "notes": below_bound_note(rows, "measured", run.netlist.arch)}
+               "percent_keys": MEASURED_PERCENTS,
+               "notes": [*_missing_score_note(run.files, folder),
+                         *below_bound_note(rows, "measured", run.netlist.arch)]}
     return Analysis(Source(kind=KIND, path=str(folder)), summary, rows,
                     _cols_measured(run.has_estimates, n_in), group_label="epoch")
+
+
+# PyBuda's own figures, kept as its perf analyzer prints them: percents (2.22 is 2.22 %),
+# where the views' ratios (utilization, estimation_error, group_util) are fractions;
+# ``percent_keys`` names them ("table.column" for a summary table's column) for every view
+MEASURED_PERCENTS = ["overall_util", "kernel_estimation_error", "kernel_bw_estimation_error",
+                     "epoch_summary.util", "epoch_summary.balancer_util"]
+ESTIMATE_PERCENTS = ["epoch_summary.util"]
+
+
+def _missing_score_note(files: dict[str, str], folder: Path) -> list[str]:
+    if "balancer_score.csv" in files:
+        return []
+    return [f"{folder} has no balancer_score.csv: the balancer's scores are unknown (shown "
+            f"as '-')"]
 
 
 def _traffic(nl: Any, epochs: list[dict[str, Any]], op: Any, spatial: bool) -> Any:
@@ -418,7 +462,7 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
                "opmodel_check": check,
                "opmodel_matmul_mean_error_pct": check["mean_abs_error_pct"],
                "reblocking_edges": sum(1 for e in result.reblocking if e["reblock"]),
-               "notes": notes}
+               "percent_keys": ESTIMATE_PERCENTS, "notes": notes}
     return Analysis(Source(kind=KIND, path=str(netlist)), summary, rows, _cols_estimate(),
                     group_label="epoch")
 

@@ -1,8 +1,12 @@
 """A results store (DuckDB): one row per measured vector and pass, with the measured median, a
 model's prediction made without that row (5-fold cross-validation of the fit recipe per op,
-pass, device and dtype; or the models ``opatlas fit --out DIR`` saved, with ``--models DIR``,
-when they were fitted on other data), the roofline and Orojenesis bounds, the error and the
-headroom. Groups are devices."""
+pass, device and dtype; or, with ``--models DIR``, the models ``opatlas fit --out DIR`` saved:
+fitted on their own data, which may hold these rows, so not held out), the roofline and
+Orojenesis bounds, the error and the headroom. Groups are devices.
+
+A device outside the catalog is described by its own rows (:func:`why.empirical_peaks`), said
+in a note; rows under their bound are flagged by :func:`why.explain` and said in one note by
+the API (:func:`opatlas.analyze.api.said_below_bound`)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ from opatlas.analyze.why import (
     WHY_REST,
     Peaks,
     backward_gemms,
+    empirical_peaks,
+    empirical_peaks_text,
     explain,
     gemm_of,
     search_traffic,
@@ -31,6 +37,7 @@ from opatlas.analyze.why import (
 from opatlas.errors import OpatlasError
 from opatlas.run.progress import Progress
 
+HELD_OUT_HELP = "by a model fitted without this row (5-fold cross-validation)"
 COLUMNS = [
     Column(key="op", label="op", role="id"),
     Column(key="pass", label="pass", role="id"),
@@ -38,7 +45,7 @@ COLUMNS = [
     Column(key="calls", label="calls", role="count"),
     Column(key="time_s", label="measured", role="measured", unit="s", help="median per call"),
     Column(key="predicted_time_s", label="predicted", role="estimated", unit="s",
-           help="by a model fitted without this row (5-fold cross-validation)"),
+           help=HELD_OUT_HELP),
     Column(key="error", label="error", role="error", unit="%",
            help="(predicted - measured) / measured"),
     *WHY_FIRST,
@@ -64,17 +71,13 @@ def read(path: Path, options: ReadOptions) -> Analysis:
 
     if not path.is_file():
         raise OpatlasError(f"{path}: no such results store")
+    if options.models is not None:
+        _check_models(options.models)
     with Store(path, read_only=True) as st:
         res = st.results(status="ok", expand_params=False)
-    device = options.extra.get("device")
     if res.empty:
         raise OpatlasError(f"{path}: the store has no successful measurements to analyse")
-    if device:
-        have = sorted(res["device"].unique())
-        res = res[res["device"] == device]
-        if res.empty:
-            raise OpatlasError(f"{path}: the store has no measurements for device {device!r}; "
-                               f"it has {', '.join(have)}")
+    res = _of_device(res, options.extra.get("device"), path)
     tables, notes, said, onchip = [], [], [], {}
     with _progress(len(res), POOL_MIN_ROWS, f"held-out fits ({path.name})", "rows") as bar:
         for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
@@ -85,14 +88,63 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     with _progress(len(keys), POOL_MIN_GEMMS, "Orojenesis bounds", "GEMMs") as bar:
         search_traffic(keys, bar)
     rows = pd.concat([_explained(rows, peaks) for rows, peaks in tables], ignore_index=True)
-    said += _below_bound(rows)
     if notes and options.strict:  # a missing prediction is a fallback: an error under --strict
         raise OpatlasError(f"{path}: {notes[0]} (--strict)")
     # ``said``: what the device itself lacks (an on-chip size, for the Orojenesis bound), as
     # the empirical roofline it comes with: a note, not a fallback --strict refuses
-    return Analysis(Source(kind="store", path=str(path)), _summary(rows, res, said + notes,
-                                                                  max(onchip.values())),
-                    rows, list(COLUMNS), "device")
+    summary = _summary(rows, res, said + notes, max(onchip.values()))
+    return Analysis(Source(kind="store", path=str(path)), summary, rows,
+                    _columns(options.models, rows), "device")
+
+
+def _of_device(res: pd.DataFrame, device: str | None, path: Path) -> pd.DataFrame:
+    """The rows of ``device`` (--device) under any of its names: the catalog's name or an
+    alias (A100, A100-SXM4-80GB and NVIDIAA100-SXM4-80GB are one device), as fit and predict
+    match them (:func:`opatlas.devices.device_key`)."""
+    from opatlas.devices import device_key
+
+    if not device:
+        return res
+    names = res["device"].astype(str)
+    keys = names.map({n: device_key(n) for n in names.unique()})
+    mine = res[(keys == device_key(device)).to_numpy()]
+    if mine.empty:
+        raise OpatlasError(f"{path}: the store has no measurements for device {device!r}; "
+                           f"it has {', '.join(sorted(names.unique()))}")
+    return mine
+
+
+def _check_models(models: Path) -> None:
+    """--models names a folder of saved models (``opatlas fit --out DIR``): one that does not
+    exist, or holds none, is a mistake to say, not a reason to cross-validate everything."""
+    how = "save models with: opatlas fit --data STORE --out DIR"
+    if not models.exists():
+        raise OpatlasError(f"--models {models}: no such folder ({how})")
+    if not models.is_dir():
+        raise OpatlasError(f"--models {models}: a file, not a folder of saved models ({how})")
+    # the model registry's layout: DIR/device/dtype/recipe/op/pass.joblib
+    if next(models.glob("*/*/*/*/*.joblib"), None) is None:
+        raise OpatlasError(f"--models {models}: the folder holds no saved model "
+                           f"(DEVICE/DTYPE/RECIPE/OP/PASS.joblib); {how}")
+
+
+def _columns(models: Path | None, rows: pd.DataFrame) -> list[Column]:
+    """The columns, the predictions described by where they came from: saved models (not
+    held out: they may have been fitted on these very rows) or cross-validation."""
+    if models is None:
+        return list(COLUMNS)
+    saved = rows["predicted_by"].eq("saved")
+    text = (f"by the model saved under {models} (opatlas fit --out): not held out, in-sample "
+            f"where that model was fitted on these measurements")
+    if not saved.all():
+        text += f"; {HELD_OUT_HELP} where the folder has no model for the op"
+    out = []
+    for c in COLUMNS:
+        out.append(c.model_copy(update={"help": text}) if c.key == "predicted_time_s" else c)
+        if c.key == "predicted_time_s":
+            out.append(Column(key="predicted_by", label="predicted by", role="text",
+                              help="saved: by a model of --models; held out: cross-validated"))
+    return out
 
 
 def _progress(total: int, least: int, label: str, unit: str) -> Any:
@@ -110,6 +162,7 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     :func:`_explained`) and the device's peaks. ``notes``: fallbacks (--strict refuses
     them); ``said``: what the device lacks; ``onchip``: device -> its on-chip bytes (0: not
     known); ``progress``: advanced by rows."""
+    from opatlas.devices import find_device
     from opatlas.fit.data import data_device
     from opatlas.ops.base import dtype_bytes
 
@@ -123,6 +176,11 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
         word = 4
     peaks = Peaks(dev.name, dev.peak(dtype) if dtype in dev.peak_flops else
                   max(dev.peak_flops.values()), dev.bandwidth, dev.onchip_bytes, word)
+    if find_device(device_name) is None:  # empirical: said in the notes, kept with --save
+        peaks, empirical = empirical_peaks(device_name, peaks.flops_s, peaks.bytes_s, dtype, word,
+                                           data["flops"], data["min_bytes"])
+        if said is not None:
+            said.extend(n for n in empirical if n not in said)
     shapes = pd.DataFrame([{k: v for k, v in json.loads(s).items() if k != "dtype"}
                            for s in res["params_json"]])
     rows = pd.DataFrame({"op": res["op"], "pass": res["pass"], "calls": 1.0,
@@ -134,6 +192,7 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
                          "std_s": res["std_ns"] * 1e-9, "min_s": res["min_ns"] * 1e-9,
                          "max_s": res["max_ns"] * 1e-9, "backend": res["backend"]})
     rows["predicted_time_s"] = np.nan
+    rows["predicted_by"] = "held out"  # or "saved": a model of --models
     rows["gemms"] = None
     rows["gemm"] = None
     jobs = []
@@ -142,6 +201,7 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
         saved = _saved_model(models, device_name, dtype, op, pass_) if models else None
         if saved is not None:
             rows.loc[idx, "predicted_time_s"] = saved.predict(sub.reset_index(drop=True)) * 1e-6
+            rows.loc[idx, "predicted_by"] = "saved"
             if progress is not None:
                 progress.advance("ok", len(idx), detail=f"{op} {pass_}")
         else:
@@ -171,20 +231,6 @@ def _explained(rows: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
     out = explain(rows.assign(limiter=None), peaks)
     out["device_peak_flops_s"], out["device_peak_bytes_s"] = peaks.flops_s, peaks.bytes_s
     return out
-
-
-def _below_bound(rows: pd.DataFrame) -> list[str]:
-    """A note on measurements faster than their bound (headroom < 1): not a fault of the
-    bound (the least DRAM traffic at the peak) but of the measurement — data still in the
-    last-level cache from the previous repetition, or a timer coarser than the kernel."""
-    low = rows[rows["headroom"] < 1 - 1e-9]
-    if low.empty:
-        return []
-    ops = low.groupby(["op", "pass"]).size().sort_values(ascending=False)
-    named = ", ".join(f"{op} {pass_} ({n})" for (op, pass_), n in ops.head(5).items())
-    return [f"{len(low)} measurement(s) faster than their bound (headroom < 1): {named}"
-            f"{' ...' if len(ops) > 5 else ''}; their data may have stayed in the cache "
-            f"between repetitions, or the timer is coarser than the kernel"]
 
 
 def _saved_model(root: Path, device: str, dtype: str, op: str, pass_: str) -> Any:
@@ -230,13 +276,31 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: fl
         "utilization_label": "median FLOP util"}
     if err.notna().any():
         out["estimation_error"] = float(err.median())
-        out["estimation_error_label"] = "median |error| (held out)"
+        out["estimation_error_label"] = f"median |error| ({_predicted_by(rows[err.notna()])})"
     if len(devices) == 1:
         out["device"] = devices[0]
         out["peak_flops_s"] = float(rows["device_peak_flops_s"].iloc[0])
-        out["peak_bytes_s"] = float(rows["device_peak_bytes_s"].iloc[0])
+        bw = float(rows["device_peak_bytes_s"].iloc[0])
+        out["peak_bytes_s"] = bw if np.isfinite(bw) else None  # None: no memory roof
         out["onchip_bytes"] = onchip if onchip > 0 else None  # None: not known
+        if _empirical(devices[0]):
+            out["peaks"] = empirical_peaks_text(bool(np.isfinite(bw)))
     return out
+
+
+def _predicted_by(rows: pd.DataFrame) -> str:
+    """What made the predictions the error is of: "held out" (cross-validation), "saved
+    models" (--models: not held out), or both."""
+    by = set(rows["predicted_by"]) if "predicted_by" in rows else {"held out"}
+    if by == {"held out"}:
+        return "held out"
+    return "saved models" if by == {"saved"} else "saved models; held out where none"
+
+
+def _empirical(device: str) -> bool:
+    from opatlas.devices import find_device
+
+    return find_device(device) is None
 
 
 register(SourceKind("store", detect, read, "an opatlas results store (.duckdb)",

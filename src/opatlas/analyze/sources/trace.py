@@ -11,6 +11,7 @@ the busy time is the summed duration of each thread's top-level ops."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +24,14 @@ from opatlas.analyze.aten import Mapped, backward_of, map_op, maybe_catalog
 from opatlas.analyze.chrome import Events, load_trace, nest, split_events
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, explain
+from opatlas.analyze.why import (
+    WHY_FIRST,
+    WHY_REST,
+    Peaks,
+    empirical_peaks,
+    empirical_peaks_text,
+    explain,
+)
 from opatlas.errors import OpatlasError
 
 COLUMNS = [
@@ -66,13 +74,18 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                            f"record_shapes=True) so ops can be mapped and counted")
     rows, busy, mode = _rows(ops, kernels, runtime)
     peaks, notes = _peaks(doc, rows, options)
+    notes += _cpu_only(len(kernels), peaks)
     notes += _unmapped(rows, busy)
     analysed = explain(rows.drop(columns=["word"]), peaks, busy)
     summary = {"title": f"profiler trace {path.name}", "total_time_s": busy, "busy_time_s": busy,
                "total_time_label": "busy time",
                "time_basis": mode, "events": len(ops) + len(kernels) + len(runtime),
-               "device": peaks.name, "peak_flops_s": peaks.flops_s, "peak_bytes_s": peaks.bytes_s,
-               "onchip_bytes": peaks.onchip_bytes, "word_bytes": peaks.word_bytes,
+               "device": peaks.name, "peak_flops_s": peaks.flops_s,
+               "peak_bytes_s": peaks.bytes_s if peaks.memory_roof else None,  # None: no roof
+               "onchip_bytes": peaks.onchip_bytes or None,  # None: not known (empirical)
+               "word_bytes": peaks.word_bytes,
+               **({"peaks": empirical_peaks_text(peaks.memory_roof)}
+                  if _empirical(peaks) else {}),
                "utilization": float(np.nansum(analysed["flops"]) / (busy * peaks.flops_s))
                if busy > 0 else None, "utilization_label": "FLOP util", "notes": notes}
     return Analysis(Source(kind="trace", path=str(path)), summary, analysed, list(COLUMNS),
@@ -201,12 +214,31 @@ def _peaks(doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
         except OpatlasError:
             pass
     ok = rows[rows["limiter"].isna()]
-    d = empirical_device(name or "cpu", ok["flops"].to_numpy(float), ok["bytes"].to_numpy(float),
-                         ok["time_s"].to_numpy(float), dtype)
-    return Peaks(d.name, d.peak(dtype), d.bandwidth, 0.0, word), [
-        f"device {name or 'of this trace'} is not in the catalog: its peaks are the best FLOP/s "
-        f"and bytes/s its own ops achieved, and no Orojenesis bound is given (name one with "
-        f"--device)"]
+    flops, nbytes = ok["flops"].to_numpy(float), ok["bytes"].to_numpy(float)
+    d = empirical_device(name or "cpu", flops, nbytes, ok["time_s"].to_numpy(float), dtype)
+    peaks, notes = empirical_peaks(f"device {name}" if name else "the device of this trace",
+                                   d.peak(dtype), d.bandwidth, dtype, word, flops, nbytes,
+                                   "profiled ops")
+    notes[0] += "; no Orojenesis bound is given (name a catalog device with --device)"
+    return dataclasses.replace(peaks, name=d.name), notes
+
+
+def _empirical(peaks: Peaks) -> bool:
+    """Peaks from the trace's own ops (a device outside the catalog)."""
+    from opatlas.devices import find_device
+
+    return find_device(peaks.name) is None
+
+
+def _cpu_only(kernels: int, peaks: Peaks) -> list[str]:
+    """A note when a trace without device kernels is compared with a catalog device's peaks
+    (--device, or the trace's own device properties): its times are the CPU ops' self times."""
+    if kernels or _empirical(peaks):
+        return []
+    return [f"the trace has no device (GPU) kernels: its times are the CPU ops' self times, "
+            f"here against {peaks.name}'s peaks; their util and headroom say how far the CPU "
+            f"is from that device, not how the device did (profile with "
+            f"ProfilerActivity.CUDA for kernel times)"]
 
 
 def _unmapped(rows: pd.DataFrame, busy: float) -> list[str]:

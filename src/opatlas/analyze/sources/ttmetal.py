@@ -11,6 +11,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.analyze.why import OVERHEAD_HEADROOM
 from opatlas.errors import OpatlasError
 
 KIND = "ttmetal"
@@ -96,20 +97,19 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
            "sim_err": abs(sim_ns - dev_ns) / dev_ns if sim_ns and dev_ns else None,
            "invalid_duration": bool(_v(op, "Invalid Device Duration")),
            "bound": _v(op, "Bound") or "", "cores": _v(op, "Cores"),
-           "dram_gbs": _v(op, "DRAM"), "dram_pct": _v(op, "DRAM %"),
-           "tflops": _v(op, "FLOPs"), "flops_pct": _v(op, "FLOPs %"),
+           "dram_gbs": _v(op, "DRAM"), "tflops": _v(op, "FLOPs"),
            "dram_util": _frac(_v(op, "DRAM %")), "flops_util": _frac(_v(op, "FLOPs %")),
            "util_compute": _frac(_v(op, "FLOPs %")),
            "achieved_flops_s": flops / (dev_ns / 1e9) if flops and dev_ns else None,
            "gemm": gemm,
            "math_fidelity": _v(op, "Math Fidelity"), "category": _v(op, "Op Category"),
-           "input0_memory": _v(op, "Input 0 Memory"), "total_pct": _v(op, "Total %"),
+           "input0_memory": _v(op, "Input 0 Memory"), "total_share": _frac(_v(op, "Total %")),
            "id": int(_v(op, "ID")), "global_call_count": _v(op, "Global Call Count"),
            "shape": shape}
     for col, key in _pm_columns().items():
         val = raw.get(col)
         row[key] = None if val is None or val != val else float(val)  # NaN != NaN
-    row["limiter"] = _limiter(row["bound"], row["op_code"], raw, bottleneck)
+    row["limiter"] = _limiter(row["bound"], row["op_code"], raw, bottleneck, row["headroom"])
     return row
 
 
@@ -154,12 +154,40 @@ def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float
         secs, _traffic, neck = tm.orojenesis_bound(b, m, k, n, word, onchip, peak,
                                                    rep.spec.dram_bandwidth_gb_s * 1e9)
         return secs * 1e9, "orojenesis L1", flops, {"batch": b, "M": m, "K": k, "N": n}, neck
+    if any(c in code for c in tm.CONV_OPS):
+        return _conv_bound(tpr, rep, op, raw, shape)
     if code in tm.RESHARD_OPS:
         ns, why = tm.reshard_bound(raw, rep.csv_format, tpr)
         return ns, why, None, shape, None
-    rate = _v(op, "FLOPs")  # TFLOP/s from tt-perf-report (convs)
+    rate = _v(op, "FLOPs")  # TFLOP/s, where tt-perf-report counts an op's FLOPs
     flops = rate * 1e12 * dev_ns / 1e9 if rate and dev_ns else None
     return None, "", flops, shape, None
+
+
+def _conv_bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, shape: dict[str, Any]
+                ) -> tuple[float | None, str, float | None, dict[str, Any], str | None]:
+    """A conv's compute bound: its implicit GEMM's FLOPs at the peak of the cores it ran on
+    at its math fidelity (tt-perf-report's FLOPs % is this bound over the device time). No
+    memory term: tt-perf-report gives convs no DRAM bytes, and their activations may stay in
+    L1, so the bound is the compute side only (said in "bound from")."""
+    from opatlas.tenstorrent import ttmetal as tm
+
+    gemm = tm.conv_gemm(tpr, raw, rep.csv_format)
+    if gemm is None:
+        return None, "not comparable: conv shape or window missing", None, shape, None
+    m, k, n = gemm
+    flops = 2.0 * m * k * n
+    cores, fid = _v(op, "Cores"), raw.get("MATH FIDELITY")
+    if not cores or not isinstance(fid, str):
+        return None, "not comparable: conv cores or fidelity missing", flops, shape, None
+    try:
+        peak = rep.spec.tflops_per_core(fid) * 1e12 * cores
+    except ValueError:
+        return None, f"not comparable: math fidelity {fid}", flops, shape, None
+    return flops / peak * 1e9, COMPUTE_ONLY, flops, shape, "compute"
+
+
+COMPUTE_ONLY = "compute only: FLOPs / peak of its cores at its fidelity"
 
 
 def _input_shape(raw: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +203,10 @@ def _input_shape(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None) -> str:
+def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None,
+             headroom: float | None) -> str:
+    """tt-perf-report's Bound where it classes the op; else the side of opatlas's bound that
+    binds, or "overhead" more than OVERHEAD_HEADROOM times over it (the other sources' rule)."""
     if bound == "HOST":
         return "overhead"
     if bound == "DRAM":
@@ -183,7 +214,7 @@ def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None) -> s
     if bound in ("FLOP", "BOTH"):
         return "compute"
     if bottleneck:
-        return bottleneck
+        return "overhead" if headroom and headroom > OVERHEAD_HEADROOM else bottleneck
     if code == "ReshardDeviceOperation":
         return "communication"
     if code in ("InterleavedToShardedDeviceOperation", "ShardedToInterleavedDeviceOperation"):
@@ -217,7 +248,7 @@ def by_op_code(frame: pd.DataFrame) -> list[dict[str, Any]]:
     g = frame.groupby("op_code", sort=False)
     out = pd.DataFrame({"ops": g.size(), "device_time_us": g["device_time_ns"].sum() / 1e3,
                         "op_to_op_gap_us": g["gap_ns"].sum() / 1e3,
-                        "mean_flops_pct": g["flops_pct"].mean()})
+                        "mean_flops_pct": 100 * g["flops_util"].mean()})
     total = out["device_time_us"].sum()
     out["share_pct"] = 100 * out["device_time_us"] / total if total else 0.0
     out = out.sort_values("device_time_us", ascending=False).reset_index()
@@ -239,6 +270,7 @@ def _bound_counts(frame: pd.DataFrame) -> dict[str, int]:
         return {}
     src = frame["bound_source"].fillna("")
     return {"orojenesis": int((src == "orojenesis L1").sum()),
+            "compute_only": int((src == COMPUTE_ONLY).sum()),
             "not_comparable": int(src.str.startswith("not comparable").sum()),
             "reshard_sim_estimates": int(frame["sim_estimate_ns"].notna().sum())}
 
@@ -255,6 +287,9 @@ def _columns() -> list[Column]:
             Column(key="dram_gbs", label="DRAM", role="rate", unit="GB/s"),
             Column(key="dram_util", label="DRAM %", role="util", unit="%"),
             Column(key="flops_util", label="FLOPs %", role="util", unit="%"),
+            Column(key="total_share", label="Total %", role="ratio", unit="%",
+                   help="tt-perf-report's Total %: device time + op-to-op gap, over their sum "
+                        "over the device's ops in the window"),
             Column(key="math_fidelity", label="Math Fidelity"),
             Column(key="pm_ideal_ns", label="PM IDEAL", role="estimated", unit="ns",
                    help="tt-metal's own op model"),
@@ -262,7 +297,8 @@ def _columns() -> list[Column]:
             Column(key="pm_bandwidth_ns", label="PM BANDWIDTH", role="estimated", unit="ns"),
             Column(key="opatlas_bound_ns", label="opatlas bound", role="bound", unit="ns",
                    help="a lower bound: matmul: Orojenesis minimum DRAM traffic with the "
-                        "cores' L1 as buffer and peak FLOP/s"),
+                        "cores' L1 as buffer and peak FLOP/s; conv: its FLOPs at the peak "
+                        "of its cores (compute only)"),
             Column(key="bound_source", label="bound from"),
             Column(key="headroom", label="headroom", role="ratio", unit="x",
                    help="device time / opatlas bound"),
