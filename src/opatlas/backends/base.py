@@ -21,6 +21,8 @@ class Backend:
     """Runs ops on one device. Subclasses implement :meth:`measure` and describe the device."""
 
     name: str = ""
+    # the dtypes it can run (``DTYPE_BYTES`` names); None: any (the ops decide)
+    dtypes: tuple[str, ...] | None = None
 
     def available(self) -> tuple[bool, str]:
         """(usable here?, why not)."""
@@ -31,6 +33,12 @@ class Backend:
 
     def versions(self) -> dict[str, str]:
         return {}
+
+    def start(self) -> None:
+        """Finish starting: the heavy imports and initialisation that the first vector would
+        otherwise pay (PyTorch's import, a device context, lazily built thread pools). A worker
+        process calls it before it says it is ready, so that start-up never counts against a
+        vector's timeout. Idempotent; by default nothing."""
 
     def measure(self, op: Op, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
                 warmup: int) -> dict[str, list[int]]:
@@ -65,14 +73,25 @@ def _check_options(name: str, klass: type, options: dict[str, Any]) -> None:
                            f"{takes} (--backend-opt KEY=VALUE)")
 
 
-def get_backend(name: str, **options: Any) -> Backend:
+def _backend_class(name: str) -> type[Backend]:
     try:
         target = _BACKENDS[name]
     except KeyError:
         raise OpatlasError(f"unknown backend {name!r}; known: {', '.join(list_backends())}") \
             from None
     module, cls = target.split(":")
-    klass = getattr(importlib.import_module(module), cls)
+    klass: type[Backend] = getattr(importlib.import_module(module), cls)
+    return klass
+
+
+def backend_dtypes(name: str) -> tuple[str, ...] | None:
+    """The dtypes backend ``name`` can run (None: any), read without building it: a driver
+    checks a sweep against a backend its machine may lack (a Ray cluster's GPUs)."""
+    return _backend_class(name).dtypes
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    klass = _backend_class(name)
     _check_options(name, klass, options)
     try:
         backend = klass(**options)

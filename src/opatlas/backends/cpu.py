@@ -30,8 +30,27 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+# the dtypes the catalog's PyTorch ops build tensors of (opatlas.ops.torchutil)
+TORCH_DTYPES = ("fp64", "fp32", "fp16", "bf16")
+
+
+def warm_torch(device: str) -> None:
+    """PyTorch's lazy start-up, paid once per process: the import, the device's first kernels
+    and thread pool, and autograd's first backward with an explicit gradient (as every op's
+    ``bwd`` runs it), which imports its symbolic-shape helpers (sympy: 0.3 s). Nothing when
+    PyTorch is not installed: the ops that need it say so."""
+    try:
+        import torch
+    except ImportError:
+        return
+    x = torch.ones(8, 8, device=device, requires_grad=True)
+    y = torch.nn.functional.gelu(x @ x)
+    y.backward(torch.ones_like(y))
+
+
 class CpuBackend(Backend):
     name = "cpu"
+    dtypes = TORCH_DTYPES
 
     def __init__(self, threads: int | str | None = None) -> None:
         self.threads = None if threads in (None, "") else int(threads)
@@ -53,6 +72,10 @@ class CpuBackend(Backend):
         except Exception:  # torch not installed: ops that need it will say so
             pass
         return out
+
+    def start(self) -> None:
+        self._pin_threads()
+        warm_torch("cpu")
 
     def measure(self, op: Op, params: Mapping[str, Any], passes: Sequence[str], repeats: int,
                 warmup: int) -> dict[str, list[int]]:

@@ -20,11 +20,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opatlas.backends.base import Backend
+from opatlas.backends.cpu import TORCH_DTYPES, warm_torch
 from opatlas.ops.base import Op
 
 
 class CudaBackend(Backend):
     name = "cuda"
+    dtypes = TORCH_DTYPES
 
     def __init__(self, timing: str = "events", graphs: bool | str = False,
                  flush_l2: bool | str = False, graph_replays: int | str = 20,
@@ -46,6 +48,14 @@ class CudaBackend(Backend):
         if not torch.cuda.is_available():
             return False, "no CUDA device is visible to PyTorch (torch.cuda.is_available() is False)"
         return True, ""
+
+    def start(self) -> None:
+        """The CUDA context, cuBLAS and autograd on this device, before the first vector."""
+        import torch
+
+        torch.cuda.set_device(self.index)
+        warm_torch(f"cuda:{self.index}")
+        torch.cuda.synchronize()
 
     def device_name(self) -> str:
         import torch

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -14,7 +14,9 @@ from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
+    from opatlas.ops.base import Op
     from opatlas.store import Store
+    from opatlas.store.db import ParamFilter
 
 import_app = typer.Typer(help="Read results made elsewhere into the store.", no_args_is_help=True)
 FORMATS = ("table", "csv", "json", "parquet", "ett")
@@ -64,9 +66,10 @@ def results(
         raise OpatlasError(f"--status {status!r}: a result's status is one of "
                            f"{', '.join(STATUSES)}")
     with Store(store, read_only=True) as st:
-        op = _as_stored(op, st.ops())
-        total = st.count_results(op, status)
-        df = st.results(op=op, status=status, limit=limit if fmt == "table" and limit else None)
+        op, params = _as_stored(op, st.ops())
+        total = st.count_results(op, status, params)
+        df = st.results(op=op, status=status, params=params,
+                        limit=limit if fmt == "table" and limit else None)
         if total == 0 and op is not None and op not in (ops := st.ops()):
             typer.echo(f"note: the store has no op {op!r}; it has {', '.join(ops) or 'none'}",
                        err=True)
@@ -84,24 +87,39 @@ def results(
         _wrote(f"wrote {len(df)} rows to {out}", out)
 
 
-def _as_stored(op: str | None, stored: list[str]) -> str | None:
+def _as_stored(op: str | None, stored: list[str]) -> tuple[str | None, ParamFilter | None]:
     """``--op`` as the store files it: a catalog op and an estimate-train-time name of it
-    (``flash_attention``, ``flash_atten``) are one op. Said when they differ."""
+    (``flash_attention``, ``flash_atten``) are one op; an alias that fixes parameters
+    (``linear1``: a linear of role qkv) filed under another name keeps only the rows with
+    those values. Said when they differ."""
     if op is None or op in stored:
-        return op
+        return op, None
     from opatlas.ops.registry import get_op
+    from opatlas.store.db import ParamFilter
 
-    def catalog(name: str) -> str | None:
+    def catalog(name: str) -> tuple[Op, dict[str, Any]] | None:
         try:
-            return get_op(name)[0].name
+            return get_op(name)
         except OpatlasError:
             return None
 
-    same = [o for o in stored if catalog(o) is not None and catalog(o) == catalog(op)]
+    if (wanted := catalog(op)) is None:
+        return op, None
+    target, fixed = wanted
+    same = []
+    for name in stored:
+        if (found := catalog(name)) is None or found[0] is not target:
+            continue
+        if any(k in found[1] and found[1][k] != v for k, v in fixed.items()):
+            continue  # linear3 (ffn_up) is not linear1 (qkv)
+        same.append((name, {k: v for k, v in fixed.items() if k not in found[1]}))
     if len(same) != 1:  # none, or several (linear1..4 are all linear): the names say more
-        return op
-    typer.echo(f"note: --op {op}: the store files it as {same[0]!r}", err=True)
-    return same[0]
+        return op, None
+    name, values = same[0]
+    rows = f" (its rows with {', '.join(f'{k}={v}' for k, v in values.items())})" \
+        if values else ""
+    typer.echo(f"note: --op {op}: the store files it as {name!r}{rows}", err=True)
+    return name, ParamFilter(values, target.defaults) if values else None
 
 
 BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
@@ -191,7 +209,8 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
 
 @import_app.command("results")
 def import_results(
-    path: Path = typer.Argument(..., help="A .parquet or .csv written by `opatlas results`."),
+    path: Path = typer.Argument(..., help="A .parquet, .csv or .json written by `opatlas "
+                                          "results`."),
     store: Path = StoreOpt,
 ) -> None:
     """Add results exported from another store (e.g. one per SLURM part) to this store."""

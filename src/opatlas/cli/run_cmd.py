@@ -44,7 +44,9 @@ def run(
                                        help="Timed repeats per pass (default: the spec's)."),
     warmup: int | None = typer.Option(None, "--warmup", min=0, help="Untimed warm-up runs."),
     timeout: float = typer.Option(120.0, "--timeout", min=0.01,
-                                  help="Seconds one vector may take before it is killed."),
+                                  help="Seconds one vector may take before it is killed "
+                                       "(a worker's start-up, e.g. importing PyTorch, is not "
+                                       "counted)."),
     parts: int = PartsOpt,
     part: int = PartOpt,
     where: str | None = WhereOpt,
@@ -100,6 +102,7 @@ def run(
             --submitit-opt slurm_partition=gpu --submitit-opt gpus_per_node=1
     """
     from opatlas.run import RunConfig, run_spec
+    from opatlas.run.runner import check_backend_dtypes
     from opatlas.store import Store
     from opatlas.store.writing import store_for_writing
     s = load(spec, ops_module)
@@ -118,6 +121,9 @@ def run(
         raise OpatlasError("--executor submitit splits the sweep itself into --jobs parts; "
                            "drop --parts/--part")
     _check_before_store(s, where, executor, backend, options)
+    check_backend_dtypes(s, backend, parts=1 if executor == "submitit" else parts,
+                         part=1 if executor == "submitit" else part, where=where,
+                         file=spec if Path(spec).exists() else None)
 
     def execute(st: Store) -> RunSummary:
         if executor == "submitit":

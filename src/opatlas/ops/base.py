@@ -65,6 +65,9 @@ class Op:
     defaults: ClassVar[Mapping[str, Any]] = {}
     passes: ClassVar[tuple[str, ...]] = ("fwd", "bwd")
     rules: ClassVar[tuple[Rule, ...]] = ()
+    # parameters taken from a fixed set (a linear's role): a spec giving another value is
+    # refused at load, naming it, instead of every vector being counted invalid
+    choices: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     accepts_extra: ClassVar[bool] = False
     description: ClassVar[str] = ""
 

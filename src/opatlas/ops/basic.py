@@ -88,6 +88,7 @@ class Linear(Op):
     defaults = {"mp": 1, "role": "qkv", "ffn": 0, "vocab": 50257, "h": 0, "kv_heads": 0,
                 "head_dim": 0}
     description = "transformer linear layer (roles qkv/out/ffn_up/ffn_down/vocab), one TP shard"
+    choices = {"role": LINEAR_ROLES}
     rules = (
         Rule("role not one of " + "/".join(LINEAR_ROLES), lambda p: p["role"] in LINEAR_ROLES),
         Rule("dim % mp != 0", lambda p: p["dim"] % p["mp"] == 0),
@@ -295,6 +296,7 @@ class FlashAttention(Op):
     params = ("b", "h", "l", "dim")
     defaults = {"mp": 1, "causal": 1, "kv_heads": 0, "head_dim": 0, "impl": "auto"}
     description = "fused scaled-dot-product attention, MHA or GQA (flash backend where available)"
+    choices = {"impl": ("auto", "sdpa", "flash_attn")}
     rules = (*_heads_rules(),
              Rule("h % kv_heads != 0", lambda p: p["h"] % (p["kv_heads"] or p["h"]) == 0),
              Rule("kv_heads % mp != 0", lambda p: (p["kv_heads"] or p["h"]) % p["mp"] == 0))

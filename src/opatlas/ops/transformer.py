@@ -498,6 +498,7 @@ class AdamStep(Op):
                 "vocab": 50257, "ffn": 0, "layout": "flat"}
     passes = ("step",)
     description = "fused AdamW step over a stage's parameters"
+    choices = {"stage": ("first", "middle", "last"), "layout": ("flat", "ett")}
     rules = (Rule("no parameters (give n_params, or dim and encoders)",
                   lambda p: bool(stage_params(p) > 0)),)
 

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from opatlas.backends import get_backend
-from opatlas.errors import OpatlasError
+from opatlas.backends.base import backend_dtypes
+from opatlas.errors import OpatlasError, SpecError
 from opatlas.ops import get_op, load_ops_module
 from opatlas.run.plan import SweepPlan, record_sweep
 from opatlas.run.progress import Progress
@@ -20,7 +21,7 @@ from opatlas.run.records import ResultWriter, RowBuilder
 from opatlas.run.worker import InProcess, open_worker
 from opatlas.spec import SweepSpec
 from opatlas.store import Store
-from opatlas.sweep import canonical_json
+from opatlas.sweep import VectorStream, canonical_json
 
 FAILED = ("error", "oom", "timeout", "crash")
 
@@ -130,12 +131,38 @@ class Runner:
         return summary
 
 
+def check_backend_dtypes(spec: SweepSpec, backend: str, *, parts: int = 1, part: int = 1,
+                         where: str | None = None, file: str | None = None) -> None:
+    """Refuse a sweep (this part, this selection) that holds a vector of a dtype ``backend``
+    cannot run, before anything runs: each would only be recorded as an error, one by one.
+    The grid is read only when the spec names such a dtype, up to the first such vector.
+    ``file``: the spec's file, named in the error."""
+    runs = backend_dtypes(backend)
+    if runs is None:
+        return
+    suspects = {value: key for key, value in reversed(spec.dtypes()) if value not in runs}
+    if not suspects:
+        return
+    for batch in VectorStream(spec, parts=parts, part=part, where=where):
+        for vec in batch.vectors:
+            dtype = vec.params.get("dtype", spec.dtype)
+            if dtype not in runs:
+                others = len({v for k, v in spec.dtypes() if k.startswith("params.")}) > 1
+                select = f", select the others with --where \"dtype != '{dtype}'\"" \
+                    if others else ""
+                raise SpecError(
+                    f"backend {backend!r} cannot run this dtype (it runs {', '.join(runs)}): "
+                    f"drop it from spec {spec.name}{select} or use another backend",
+                    file=file, key=suspects.get(dtype, "dtype"), value=dtype)
+
+
 def prepare_run(spec: SweepSpec, store: Store, config: RunConfig, *, parts: int = 1,
                 part: int = 1, where: str | None = None) -> SweepPlan:
     """Cap the store's memory for the sweep, then expand ``spec`` (this part, this selection)
     into the store batch by batch: the plan that both executors run."""
     for m in config.ops_modules:
         load_ops_module(m)
+    check_backend_dtypes(spec, config.backend, parts=parts, part=part, where=where)
     store.limit_memory()
     return record_sweep(spec, store, parts=parts, part=part, where=where,
                         passes=measurement(spec, config).passes)

@@ -3,9 +3,11 @@
 A vector runs in a long-lived child process. The parent waits for its answer at most
 ``timeout`` seconds: a hang is killed and recorded as ``timeout``; a child that dies (segfault,
 ``os._exit``, the OOM killer) is recorded as ``crash`` with its signal or exit code; either way
-a fresh worker is started and the sweep goes on. A fresh worker says when it is ready (backend
-built, ops imported) before it gets a vector, so its start-up never counts against ``timeout``;
-it then runs its first vector once untimed (a warm-up with its own ``timeout``) before timing it.
+a fresh worker is started and the sweep goes on. A fresh worker says when it is ready (ops
+imported, backend built and started: :meth:`Backend.start` pays PyTorch's import and its lazy
+initialisation) before it gets a vector, so its start-up never counts against ``timeout``, nor
+against the warm-up: it then runs its first vector once untimed (with the vector's
+``timeout``) before timing it.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str],
                 backend_options: Mapping[str, Any] | None = None) -> None:
     """Child loop: receive (op, params, passes, repeats, warmup); answer with an outcome."""
     from opatlas.backends import get_backend
-    from opatlas.ops import load_ops_module
+    from opatlas.ops import list_ops, load_ops_module
 
     try:
+        list_ops()  # imports the built-in catalog now, not in the first vector's time
         for m in ops_modules:
             load_ops_module(m)
         backend = get_backend(backend_name, **(backend_options or {}))
+        backend.start()
     except BaseException as exc:  # reported for every vector it was meant to run
         conn.send(("error", None, f"worker could not start: {type(exc).__name__}: {exc}"[:2000]))
         return

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from opatlas.errors import SpecError, UnknownOpError
 from opatlas.spec.model import ParamError, SweepSpec
 from opatlas.yaml_io import load_yaml
+
+if TYPE_CHECKING:
+    from opatlas.ops.base import Op
 
 ETT_KEYS = ("starts", "steps", "ends", "operators")
 
@@ -176,6 +179,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
                         f"does not give", file=file, key="params", value=sorted(provided))
     _check_sizes(spec, file)
     _check_dtypes(spec, file)
+    _check_choices(spec, op, file)
     _check_duplicates(spec, file)
     unused = sorted(set(spec.param_names()) - set(op.params) - set(op.defaults) - {"dtype"})
     if unused and not op.accepts_extra:
@@ -192,16 +196,27 @@ def _check_dtypes(spec: SweepSpec, file: str) -> None:
     the catalog can count: a typo would otherwise expand into vectors that only fail when run."""
     from opatlas.ops.base import DTYPE_BYTES
 
-    given = [("dtype", spec.dtype)] + ([("fixed.dtype", spec.fixed["dtype"])]
-                                       if "dtype" in spec.fixed else [])
-    for key, values in spec.axes():
-        for value in values:
-            named = value.items() if isinstance(value, Mapping) else [(key, value)]
-            given += [(f"params.{key}", v) for name, v in named if name == "dtype"]
-    for key, value in given:
+    for key, value in spec.dtypes():
         if value not in DTYPE_BYTES:
             raise SpecError(f"unknown dtype; one of {', '.join(DTYPE_BYTES)}", file=file,
                             key=key, value=value)
+
+
+def _check_choices(spec: SweepSpec, op: Op, file: str) -> None:
+    """A parameter the op takes from a fixed set (``Op.choices``, e.g. a linear's ``role``)
+    has one of its values: a typo would otherwise expand into vectors that are all invalid,
+    counted as if the grid had meant them."""
+    choices: Mapping[str, Sequence[Any]] = getattr(op, "choices", None) or {}
+    if not choices:
+        return
+    given = [(f"fixed.{name}", name, v) for name, v in spec.fixed.items()]
+    given += [(f"params.{key}", name, v) for key, name, v in spec.named_values()]
+    for key, name, value in given:
+        allowed = choices.get(name)
+        if allowed is not None and value not in allowed:
+            raise SpecError(f"not a {name} op '{op.name}' takes; one of "
+                            f"{', '.join(str(a) for a in allowed)}", file=file, key=key,
+                            value=value)
 
 
 def _check_sizes(spec: SweepSpec, file: str) -> None:
@@ -209,16 +224,12 @@ def _check_sizes(spec: SweepSpec, file: str) -> None:
     to 128 and store the same work under another vector."""
     from opatlas.ops.base import SIZE_PARAMS
 
-    for key, values in spec.axes():
-        for value in values:
-            named = value.items() if isinstance(value, Mapping) else [(key, value)]
-            for name, v in named:
-                whole = isinstance(v, int | float) and not isinstance(v, bool) and \
-                    float(v).is_integer() and v >= 1
-                if name in SIZE_PARAMS and not whole:
-                    raise SpecError("a size or split must be a whole number >= 1 (check the "
-                                    "range's start and step)", file=file,
-                                    key=f"params.{key}", value=v)
+    for key, name, v in spec.named_values():
+        whole = isinstance(v, int | float) and not isinstance(v, bool) and \
+            float(v).is_integer() and v >= 1
+        if name in SIZE_PARAMS and not whole:
+            raise SpecError("a size or split must be a whole number >= 1 (check the range's "
+                            "start and step)", file=file, key=f"params.{key}", value=v)
 
 
 def _check_duplicates(spec: SweepSpec, file: str) -> None:

@@ -157,6 +157,25 @@ class SweepSpec(BaseModel):
                 axes.append((key, [val]))
         return axes
 
+    def dtypes(self) -> list[tuple[str, Any]]:
+        """(key, value) of every dtype the grid takes: ``dtype``, ``fixed.dtype`` and a
+        ``dtype`` parameter's values (on a tied axis too), keys as the file writes them."""
+        given: list[tuple[str, Any]] = [("dtype", self.dtype)]
+        if "dtype" in self.fixed:
+            given.append(("fixed.dtype", self.fixed["dtype"]))
+        return given + [(f"params.{key}", v) for key, name, v in self.named_values()
+                        if name == "dtype"]
+
+    def named_values(self) -> list[tuple[str, str, Any]]:
+        """(axis, parameter, value) of every value of every axis: a tied axis gives each of
+        its entries' parameters."""
+        out: list[tuple[str, str, Any]] = []
+        for key, values in self.axes():
+            for value in values:
+                named = value.items() if isinstance(value, Mapping) else [(key, value)]
+                out += [(key, name, v) for name, v in named]
+        return out
+
     def grid_size(self) -> int:
         n = 1
         for _, vals in self.axes():

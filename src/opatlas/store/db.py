@@ -20,7 +20,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -481,16 +481,11 @@ class Store:
 
     def results(self, *, op: str | None = None, where_sql: str | None = None,
                 expand_params: bool = True, status: str | None = None,
-                limit: int | None = None) -> pd.DataFrame:
-        """Result rows (filters and the limit run in DuckDB, so huge stores stay cheap)."""
+                limit: int | None = None, params: ParamFilter | None = None) -> pd.DataFrame:
+        """Result rows (filters and the limit run in DuckDB, so huge stores stay cheap);
+        ``params``: only rows whose parameters have these values (:class:`ParamFilter`)."""
         sql = f"SELECT {_column_list(RESULT_COLUMNS)} FROM results"
-        conds, args = [], []
-        if op:
-            conds.append("op = ?")
-            args.append(op)
-        if status:
-            conds.append("status = ?")
-            args.append(status)
+        conds, args = _result_conditions(op, status, params)
         if where_sql:
             conds.append(f"({where_sql})")
         if conds:
@@ -507,9 +502,9 @@ class Store:
         cols = _column_list(_TABLES[name][0]) if name in _TABLES else "*"  # not key_hash
         return self.con.execute(f"SELECT {cols} FROM {name}").df()
 
-    def count_results(self, op: str | None = None, status: str | None = None) -> int:
-        conds = [c for c, v in (("op = ?", op), ("status = ?", status)) if v]
-        args = [v for v in (op, status) if v]
+    def count_results(self, op: str | None = None, status: str | None = None,
+                      params: ParamFilter | None = None) -> int:
+        conds, args = _result_conditions(op, status, params)
         where = (" WHERE " + " AND ".join(conds)) if conds else ""
         return int(self._scalar(f"SELECT count(*) FROM results{where}", args))
 
@@ -551,6 +546,39 @@ class Store:
         failed = (~df["status"].isin(FINAL_STATUSES)).to_numpy()
         df = df.iloc[np.argsort(failed, kind="stable")]  # within the file, answers win too
         return self._insert_results_df(df)
+
+
+@dataclass(frozen=True)
+class ParamFilter:
+    """Result rows whose ``params_json`` sets each of ``values``; a row that leaves a key out
+    matches when ``defaults`` gives that key the value asked for (the op's default)."""
+
+    values: Mapping[str, Any]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def conditions(self) -> tuple[list[str], list[Any]]:
+        conds: list[str] = []
+        args: list[Any] = []
+        for key, value in self.values.items():
+            path = f'$."{key}"'  # parameter names are identifiers
+            cond = "json_extract(params_json, ?)::VARCHAR = ?"
+            args += [path, json.dumps(value, separators=(",", ":"))]
+            if key in self.defaults and self.defaults[key] == value:
+                cond = f"({cond} OR json_extract(params_json, ?) IS NULL)"
+                args.append(path)
+            conds.append(cond)
+        return conds, args
+
+
+def _result_conditions(op: str | None, status: str | None, params: ParamFilter | None
+                       ) -> tuple[list[str], list[Any]]:
+    conds = [c for c, v in (("op = ?", op), ("status = ?", status)) if v]
+    args: list[Any] = [v for v in (op, status) if v]
+    if params is not None:
+        more, more_args = params.conditions()
+        conds += more
+        args += more_args
+    return conds, args
 
 
 def read_exported(path: Path) -> pd.DataFrame:
