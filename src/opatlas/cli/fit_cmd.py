@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 def fit(
     data: str = typer.Option("bundled", "--data", help="Store file, folder of estimate-train-"
-                                                       "time CSVs, or 'bundled' (A100)."),
+                                                       "time CSVs (or one of them), or "
+                                                       "'bundled' (A100)."),
     recipe: str = typer.Option("hybrid", "--recipe", help="hybrid | gbm | ett | reshard"),
     op: list[str] | None = typer.Option(None, "--op", help="Only these ops (repeatable)."),
     split: str = typer.Option("random", "--split",
@@ -67,7 +68,7 @@ def fit(
 
     frame = load_op_data(data)
     ops = [ETT_NAMES.get(o, o) for o in op] if op else None  # catalog names as predict takes
-    evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline)
+    evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
     if not evs:
         raise OpatlasError(f"no (op, pass) with at least 10 rows in {data}"
                            + (f" for ops {op}" if op else ""))
@@ -147,16 +148,23 @@ def _check_fit_out(out: Path | None, recipe: str) -> None:
 
 
 def _save_models(frame, data: str, recipe: str, out: Path, keys: set, quiet: bool) -> None:
-    """Fit on all rows and save each model in ``out`` (a model registry folder)."""
+    """Fit on all rows and save each model in ``out`` (a model registry folder), with progress
+    on stderr; ``opatlas predict --models`` and ``analyze --models`` read them."""
     from opatlas.predict import Predictor
+    from opatlas.run.progress import Progress
 
     pred = Predictor(recipe=recipe, data=data, cache_dir=out)
     pred._data = frame
-    for device, dtype, op, pass_ in frame[["device", "dtype", "op", "pass"]].drop_duplicates(
-            ).itertuples(index=False):
-        if (op, pass_) in keys:
+    todo = [(device, dtype, op, pass_) for device, dtype, op, pass_
+            in frame[["device", "dtype", "op", "pass"]].drop_duplicates().itertuples(index=False)
+            if (op, pass_) in keys]
+    with Progress(len(todo), label=f"saving {recipe} models", unit="models",
+                  log_every=max(1, len(todo) // 10)) as bar:
+        for device, dtype, op, pass_ in todo:
             pred.model(op, pass_, device, dtype)
-    typer.echo(f"saved {len(keys)} models under {out}", err=quiet)
+            bar.advance("ok", detail=f"{op} {pass_}")
+    typer.echo(f"saved {len(keys)} models under {out} (opatlas predict --models {out} uses "
+               f"them)", err=quiet)
 
 
 def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split: str,
@@ -233,13 +241,22 @@ def predict(
                                     "name of a catalog device, or a name the data holds)."),
     dtype: str = typer.Option("fp16", "--dtype", help="fp16, bf16 or fp32: the samples' "
                                                       "precision."),
-    recipe: str = typer.Option("hybrid", "--recipe", help="hybrid | gbm | ett: the model "
-                                                          "fitted (as for opatlas fit)."),
-    data: str = typer.Option("bundled", "--data", help="Samples: 'bundled' (A100), a results "
-                                                       "store, an ett folder or a CSV."),
+    recipe: str | None = typer.Option(None, "--recipe", help="hybrid | gbm | ett: the model "
+                                                             "fitted (as for opatlas fit; "
+                                                             "default hybrid, with --models "
+                                                             "the first of them saved)."),
+    data: str | None = typer.Option(None, "--data", help="Samples: 'bundled' (A100, the "
+                                                         "default), a results store, a folder "
+                                                         "of estimate-train-time CSVs or one "
+                                                         "of them ({GPU}_{op}_{precision}"
+                                                         ".csv)."),
+    models: Path | None = typer.Option(None, "--models", help="Predict with the models "
+                                                              "'opatlas fit --out DIR' saved in "
+                                                              "DIR (no data is read)."),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON."),
     strict: bool = typer.Option(False, "--strict", help="Refuse a shape naming a value (a "
-                                                        "linear's role ...) never measured."),
+                                                        "linear's role ...) never measured, "
+                                                        "or one outside the measured range."),
 ) -> None:
     """Predict an op's forward and backward time at one shape (models fitted on first use).
 
@@ -248,20 +265,27 @@ def predict(
         opatlas predict linear1 --shape mp=2 --shape b=4 --shape l=4096 --shape dim=4096
 
         opatlas predict baddbmm --shape mp=8,b=2,h=64,l=2048,dim=8192
+
+        opatlas predict linear1 --models models --shape mp=1,b=4,l=2048,dim=4096
+        (models: saved by opatlas fit --out models)
     """
     from opatlas.fit.recipes import RECIPES
     from opatlas.predict import Predictor, check_valid, parse_shape
     from opatlas.predict.predictor import default_linear_role
 
-    if recipe not in RECIPES:
+    if recipe is not None and recipe not in RECIPES:
         raise OpatlasError(f"--recipe {recipe!r}: one of {', '.join(RECIPES)}")
+    if data is not None and models is not None:
+        raise OpatlasError(f"--data {data} and --models {models}: give one (the saved models "
+                           f"were fitted on their own data)")
     params = parse_shape(op, shape)
     defaults: dict = {}
     if op == "linear" and "role" not in params:
         params["role"] = defaults["role"] = default_linear_role()
         typer.echo(f"opatlas: note: linear: no role given; using its default role="
                    f"{params['role']} (opatlas ops; --shape role=... picks another)", err=True)
-    pred = Predictor(device=device, dtype=dtype, recipe=recipe, data=data, strict=strict)
+    pred = Predictor(device=device, dtype=dtype, recipe=recipe if models else recipe or "hybrid",
+                     data=data or "bundled", strict=strict, models=models)
     pred.check_device()
     # once, outside the passes: a bad linear role is an error of its own, not "no data"
     name, columns = pred.resolve_op(op, {k: [v] for k, v in params.items()})
@@ -269,6 +293,7 @@ def predict(
     if not passes:
         raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
                            f"{', '.join(pred.ops())}")
+    _fit_with_progress(pred, name, passes)
     filled = {k: v for p in passes for k, v in pred.shape_defaults(name, list(columns), p).items()}
     if filled:
         params.update(filled)
@@ -281,6 +306,8 @@ def predict(
     for pass_ in passes:
         pred.check_shape(name, list(row), pass_, unknown_ok=False)
         check_valid(name, row)
+    pred.check_range(name, row, passes)
+    for pass_ in passes:
         out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
     if as_json:
         typer.echo(json.dumps({"op": op, "shape": params, "defaults": defaults,
@@ -292,11 +319,21 @@ def predict(
 
 def _measured_passes(pred: Predictor, name: str) -> list[str]:
     """The passes (fwd, bwd, step) the data holds ``name`` at: a model for each."""
-    passes = []
-    for pass_ in ("fwd", "bwd", "step"):
-        try:
+    return [p for p in ("fwd", "bwd", "step") if pred.has_data(name, p)]
+
+
+def _fit_with_progress(pred: Predictor, name: str, passes: list[str]) -> None:
+    """The models of ``passes`` not cached yet, fitted with progress on stderr (a bar on a
+    terminal, else a line before and one after each); a pass with too few rows to fit on is
+    refused here, naming its count."""
+    from opatlas.run.progress import Progress
+
+    todo = [p for p in passes if pred.cached_model(name, p) is None]
+    if not todo:
+        return
+    typer.echo(f"opatlas: note: fitting {name}'s {', '.join(todo)} model(s) on first use "
+               f"(cached for the next predictions)", err=True)
+    with Progress(len(todo), label=f"fitting {name}", unit="models", log_every=1) as bar:
+        for pass_ in todo:
             pred.model(name, pass_)
-        except OpatlasError:
-            continue  # no data for this pass
-        passes.append(pass_)
-    return passes
+            bar.advance("fitted", detail=pass_)

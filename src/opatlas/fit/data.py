@@ -15,19 +15,25 @@ from opatlas.errors import OpatlasError
 
 
 def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
+    """The rows of a store file, a folder of estimate-train-time sample CSVs or one such CSV.
+    A shape a CSV samples more than once is one row over all its values, as ``import
+    ett-samples`` stores it (:func:`opatlas.store.ett.merge_repeats`): a folder and its
+    import give the same rows, and no shape can be both trained and tested on."""
     from opatlas.store import Store
-    from opatlas.store.ett import bundled_dataset, read_sample_file
+    from opatlas.store.ett import bundled_dataset, parse_sample_name
 
     if str(source) == "bundled":
         source = bundled_dataset() / "operator"
     path = Path(source)
-    if path.is_dir():
-        rows = [r for f in sorted(path.rglob("*.csv")) for r in read_sample_file(f, counts=False)]
-        if not rows:
+    if path.is_dir() or (path.is_file() and path.suffix.lower() == ".csv"):
+        files = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
+        if path.is_file() and parse_sample_name(path) is None:
+            raise OpatlasError(f"--data {path}: a CSV of op samples is an estimate-train-time "
+                               f"sample file named {{GPU}}_{{op}}_{{precision}}.csv (e.g. "
+                               f"MyGPU_linear1_fp16.csv)")
+        df = _sample_rows(files)
+        if df.empty:
             raise OpatlasError(f"no estimate-train-time sample CSVs under {path}")
-        df = pd.DataFrame([{"op": r.op, "pass": r.pass_, "device": r.device, "dtype": r.dtype,
-                            "params_json": r.params_json, "y_us": r.median_ns / 1000.0}
-                           for r in rows])
     elif path.is_file():
         with Store(path, read_only=True) as st:
             res = st.results(expand_params=False)
@@ -40,6 +46,17 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
         raise OpatlasError(f"--data {source}: no such store file or folder")
     df = df[~df["op"].str.startswith(("nccl.", "collective."))].reset_index(drop=True)
     return df
+
+
+def _sample_rows(files: list[Path]) -> pd.DataFrame:
+    """The rows of estimate-train-time sample CSVs, repeated shapes merged per file."""
+    from opatlas.store.ett import merge_repeats, read_sample_file
+
+    rows = [r for f in files for r in merge_repeats(read_sample_file(f, counts=False))[0]]
+    return pd.DataFrame([{"op": r.op, "pass": r.pass_, "device": r.device, "dtype": r.dtype,
+                          "params_json": r.params_json, "y_us": r.median_ns / 1000.0}
+                         for r in rows],
+                        columns=["op", "pass", "device", "dtype", "params_json", "y_us"])
 
 
 def shapes_of(df: pd.DataFrame) -> pd.DataFrame:

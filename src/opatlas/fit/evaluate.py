@@ -22,7 +22,7 @@ from opatlas.errors import OpatlasError
 from opatlas.fit.data import data_device, shapes_of
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
-from opatlas.fit.recipes import make_model
+from opatlas.fit.recipes import MIN_FIT_ROWS, make_model
 from opatlas.fit.splits import iter_splits
 
 
@@ -74,14 +74,14 @@ def twin_predictions(keys: np.ndarray, y: np.ndarray, train: np.ndarray, test: n
 
 
 def _cv(recipe: str, op: str, pass_: str, device: Device, dtype: str, shapes: pd.DataFrame,
-        y: np.ndarray, split: str, keys: np.ndarray | None = None
-        ) -> tuple[dict, dict, str, dict]:
-    """Held-out metrics over the split's folds, the row counts (:func:`_counts`), the recipe
-    used; with ``keys`` (:func:`work_keys`) also the twin floor and this model's error on the
-    same rows."""
+        y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]],
+        keys: np.ndarray | None = None) -> tuple[dict, dict, str, dict]:
+    """Held-out metrics over the (train, test) ``folds``, the row counts (:func:`_counts`), the
+    recipe used; with ``keys`` (:func:`work_keys`) also the twin floor and this model's error
+    on the same rows."""
     truth, pred, twin, twin_model, twin_truth = [], [], [], [], []
     train_sizes, used = [], recipe
-    for train, test in iter_splits(shapes, split):
+    for train, test in folds:
         m = make_model(recipe, op, pass_, device, dtype).fit(shapes.iloc[train], y[train])
         used = m.recipe
         p = m.predict(shapes.iloc[test])
@@ -109,63 +109,127 @@ def _counts(train_sizes: list[int], n_test: int) -> dict[str, int]:
             "n_folds": len(train_sizes)}
 
 
+class TooFewRows(OpatlasError):
+    """A split that leaves a fold fewer rows to fit on than a model needs."""
+
+
+def _folds(op: str, pass_: str, shapes: pd.DataFrame, split: str
+           ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The split's folds, each training on at least ``MIN_FIT_ROWS`` rows (as ``predict``
+    needs to fit a model), else :class:`TooFewRows` naming the op, pass and counts."""
+    try:
+        folds = list(iter_splits(shapes, split))
+    except OpatlasError as exc:  # this group's values (too few distinct ones, K > rows)
+        raise TooFewRows(f"{op}/{pass_}: {str(exc).removeprefix(f'split {split!r}: ')}"
+                         ) from None
+    least = min((len(train) for train, _ in folds), default=0)
+    if least < MIN_FIT_ROWS:
+        raise TooFewRows(f"{op}/{pass_}: trains on {least} of its {len(shapes)} rows")
+    return folds
+
+
 def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = True,
                    device: Device | None = None) -> Evaluation:
     """``df``: rows of one (op, pass, device, dtype) from :func:`load_op_data`; ``device``:
-    its catalog entry (default: looked up, or derived from ``df`` when the catalog lacks it)."""
+    its catalog entry (default: looked up, or derived from ``df`` when the catalog lacks it).
+    A split leaving a fold fewer than ``MIN_FIT_ROWS`` rows to fit on raises
+    :class:`TooFewRows`."""
     op, pass_, name, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
+    folds = _folds(op, pass_, shapes, split)
     device = device or data_device(df, name, dtype)
     keys = work_keys(op, pass_, shapes, device, dtype)
-    metrics, counts, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y, split,
+    metrics, counts, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y, folds,
                                        keys)
     ev = Evaluation(op, pass_, used, split, **counts, **metrics, **floor)
     if baseline and recipe != "ett":
-        base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, split)
+        base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, folds)
         ev.baseline_mape, ev.baseline_rmsre = base["mape"], base["rmsre"]
     return ev
 
 
-def _check_request(data: pd.DataFrame, split: str, ops: list[str] | None) -> str | None:
-    """Refuse ops the data does not hold and an extrapolation column no op has; return that
-    column (``None`` for other splits)."""
+def split_columns(split: str) -> list[str]:
+    """The columns a split needs each op to have: ``extrapolate:COL:F``'s, ``group:A,B``'s."""
+    kind, _, rest = split.partition(":")
+    if kind == "extrapolate":
+        return [rest.partition(":")[0]]
+    if kind == "group":
+        return [c for c in rest.split(",") if c]
+    return []
+
+
+def _check_request(data: pd.DataFrame, split: str, ops: list[str] | None) -> list[str]:
+    """Refuse ops the data does not hold and split columns no op has all of; return those
+    columns (none for random and kfold splits). Ops lacking them are skipped by the caller."""
     known = sorted(data["op"].unique())
     if ops and (unknown := [o for o in ops if o not in known]):
         raise OpatlasError(f"--op {', '.join(unknown)}: not in this data; it holds "
                            f"{', '.join(known)}")
-    if not split.startswith("extrapolate:"):
-        return None
-    col = split.split(":")[1]
+    cols = split_columns(split)
+    if not cols:
+        return cols
     chosen = data if not ops else data[data["op"].isin(ops)]
-    have = {c for _, g in chosen.groupby("op") for c in shapes_of(g.head(1))}
-    if col not in have:
-        raise OpatlasError(f"--split {split}: no op here has a parameter {col!r} (they have "
-                           f"{', '.join(sorted(have))})")
-    return col
+    params = [set(shapes_of(g.head(1))) for _, g in chosen.groupby("op")]
+    if not any(set(cols) <= have for have in params):
+        what = f"a parameter {cols[0]!r}" if len(cols) == 1 else \
+            f"all of the parameters {', '.join(map(repr, cols))}"
+        raise OpatlasError(f"--split {split}: no op here has {what} (they have "
+                           f"{', '.join(sorted(set().union(*params)))})")
+    return cols
 
 
 def evaluate_all(data: pd.DataFrame, recipe: str = "hybrid", split: str = "random",
-                 ops: list[str] | None = None, baseline: bool = True) -> list[Evaluation]:
-    """Every (op, pass, device, dtype) of ``data`` with at least 10 rows, fitted and tested on
-    ``split``; the groups left out (too few rows, no extrapolation column) are said on
-    stderr."""
-    col = _check_request(data, split, ops)
-    out, devices, skipped = [], {}, []
+                 ops: list[str] | None = None, baseline: bool = True,
+                 progress: bool = False) -> list[Evaluation]:
+    """Every (op, pass, device, dtype) of ``data`` whose split trains each fold on at least
+    ``MIN_FIT_ROWS`` rows, fitted and tested on ``split``; the groups left out (too few rows,
+    not the split's column) are said on stderr, and an error names them when none is left.
+    ``progress``: show the fits' progress on stderr (a bar on a terminal, else log lines)."""
+    cols = _check_request(data, split, ops)
+    todo, skipped = [], []
     for (op, pass_, name, dtype), g in data.groupby(["op", "pass", "device", "dtype"],
                                                     sort=True):
         if ops and op not in ops:
             continue
-        if len(g) < 10:
-            skipped.append(f"{op}/{pass_} ({len(g)} rows)")
-            continue
-        if col is not None and col not in shapes_of(g.head(1)):
-            skipped.append(f"{op}/{pass_} (no {col})")
-            continue
-        if (name, dtype) not in devices:  # an unknown device: described by all its data, once
-            devices[name, dtype] = data_device(data, name, dtype)
-        out.append(evaluate_group(g.reset_index(drop=True), recipe, split, baseline,
-                                  devices[name, dtype]))
+        if len(g) < MIN_FIT_ROWS:
+            skipped.append(f"{op}/{pass_}: {len(g)} rows")
+        elif missing := [c for c in cols if c not in shapes_of(g.head(1))]:
+            skipped.append(f"{op}/{pass_}: no {', '.join(missing)}")
+        else:
+            todo.append((name, dtype, g.reset_index(drop=True)))
+    out = _evaluate_each(data, todo, recipe, split, baseline, skipped, progress)
+    need = f"a model is fitted on at least {MIN_FIT_ROWS} rows" + \
+        (f", and the split needs {', '.join(cols)}" if cols else "")
+    if not out:
+        raise OpatlasError(f"nothing to evaluate with split {split}: "
+                           f"{'; '.join(skipped) or 'no rows'} ({need})")
     if skipped:
-        warnings.warn(f"not evaluated: {', '.join(skipped)} (at least 10 rows and the "
-                      f"split's column are needed)", UserWarning, stacklevel=2)
+        warnings.warn(f"not evaluated: {'; '.join(skipped)} ({need})", UserWarning,
+                      stacklevel=2)
+    return out
+
+
+def _evaluate_each(data: pd.DataFrame, todo: list, recipe: str, split: str, baseline: bool,
+                   skipped: list[str], progress: bool) -> list[Evaluation]:
+    """Each planned group evaluated in turn; a split leaving a fold too few rows adds the
+    group to ``skipped``."""
+    from contextlib import nullcontext
+
+    from opatlas.run.progress import Progress
+
+    out, devices = [], {}
+    bar = Progress(len(todo), label=f"fit {recipe}", unit="models",
+                   log_every=max(1, len(todo) // 10)) if progress and todo else None
+    with bar or nullcontext():
+        for name, dtype, g in todo:
+            if (name, dtype) not in devices:  # an unknown device: described by all its data
+                devices[name, dtype] = data_device(data, name, dtype)
+            status = "ok"
+            try:
+                out.append(evaluate_group(g, recipe, split, baseline, devices[name, dtype]))
+            except TooFewRows as exc:
+                skipped.append(str(exc))
+                status = "skipped"
+            if bar is not None:
+                bar.advance(status, detail=f"{g['op'].iloc[0]} {g['pass'].iloc[0]}")
     return out

@@ -17,7 +17,9 @@ import platformdirs
 
 from opatlas.atomic import atomic_path, write_atomic
 
-INDEX_REVISION = "2"  # 2: each group lists its named values (categories)
+# 2: each group lists its named values (categories); 3: repeated shapes merged (as the import
+# does), each group's row count and the range of each numeric parameter
+INDEX_REVISION = "3"
 
 
 def _source_path(source: str | Path) -> Path:
@@ -44,6 +46,18 @@ def fingerprint(source: str | Path) -> str:
 
 def group_key(op: str, pass_: str, device_key: str, dtype: str) -> str:
     return f"{op}|{pass_}|{device_key}|{dtype}"
+
+
+def _ranges(shapes: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per numeric parameter, the least and greatest value measured: predictions outside
+    them extrapolate."""
+    seen: dict[str, list[float]] = {}
+    for s in shapes:
+        for k, v in s.items():
+            if k != "dtype" and isinstance(v, int | float) and not isinstance(v, bool):
+                lo, hi = seen.setdefault(k, [v, v])
+                seen[k] = [min(lo, v), max(hi, v)]
+    return seen
 
 
 def _categories(shapes: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -96,7 +110,9 @@ class DataIndex:
             params = sorted({k for s in shapes for k in s} - {"dtype"})
             groups[group_key(op, pass_, dev, dtype)] = {"hash": data_hash(rows),
                                                         "params": params,
-                                                        "categories": _categories(shapes)}
+                                                        "categories": _categories(shapes),
+                                                        "ranges": _ranges(shapes),
+                                                        "rows": len(rows)}
         meta = {"fingerprint": fingerprint(self.source), "groups": groups,
                 "ops": sorted(frame["op"].unique()), "holdings": holdings(frame)}
         with atomic_path(self.dir / "samples.parquet") as tmp:

@@ -46,6 +46,10 @@ GBM_PARAMS = {"learning_rate": 0.04, "num_leaves": 31,
 # rows went from 12 s to 60-110 s of wall time beside two CPU hogs. One thread gives the same
 # trees (LightGBM's results do not depend on the thread count here; tested).
 SMALL_FIT_ROWS = 1000
+# The fewest rows a model is fitted on: ``predict`` refuses to fit on fewer, and ``fit`` skips
+# an (op, pass) whose split leaves a fold fewer (a tree model on a handful of rows is a guess,
+# and LightGBM refuses one row outright).
+MIN_FIT_ROWS = 10
 
 
 def gbm_params(rows: int, threads: int | None = None) -> dict:

@@ -72,25 +72,68 @@ class ModelRegistry:
                                         "opatlas": _opatlas_version()}}
         write_atomic(self.compiled_path(*key), pickle.dumps(doc))
 
-    def get_or_fit(self, key: tuple[str, ...], data_hash: str, features: list[str] | None,
-                   fit: Callable[[], Any]) -> Any:
+    def load(self, key: tuple[str, ...], data_hash: str) -> Any | None:
+        """The model saved under ``key`` if it was fitted on the same data with these library
+        versions, else None (one fitted with other versions, or unreadable, is said)."""
         import joblib
 
         path = self.path(*key)
-        if path.exists():
-            try:
-                saved = joblib.load(path)
-                meta = saved["meta"]
-                if meta["data_hash"] == data_hash and meta["versions"] == library_versions():
-                    return saved["model"]
-                if meta["data_hash"] == data_hash:
-                    warnings.warn(f"model {path.name} was fitted with {meta['versions']}; "
-                                  f"refitting with {library_versions()}", stacklevel=2)
-            except Exception as exc:  # a corrupt or foreign file is replaced, never trusted
-                warnings.warn(f"model {path} unreadable ({exc}); refitting", stacklevel=2)
-        model = fit()
-        with atomic_path(path) as tmp:
-            joblib.dump({"model": model, "meta": {"data_hash": data_hash, "features": features,
-                                                  "versions": library_versions(), "key": key}},
-                        tmp)
+        if not path.exists():
+            return None
+        try:
+            saved = joblib.load(path)
+            meta = saved["meta"]
+            if meta["data_hash"] == data_hash and meta["versions"] == library_versions():
+                return saved["model"]
+            if meta["data_hash"] == data_hash:
+                warnings.warn(f"model {path.name} was fitted with {meta['versions']}; "
+                              f"refitting with {library_versions()}", stacklevel=3)
+        except Exception as exc:  # a corrupt or foreign file is replaced, never trusted
+            warnings.warn(f"model {path} unreadable ({exc}); refitting", stacklevel=3)
+        return None
+
+    def save(self, key: tuple[str, ...], data_hash: str, features: list[str] | None,
+             model: Any, extra: dict[str, Any] | None = None) -> None:
+        """Save ``model`` with what :meth:`load` checks; ``extra``: more to keep in its meta
+        (what the data held: the shape parameters and their measured ranges)."""
+        import joblib
+
+        meta = {"data_hash": data_hash, "features": features, "versions": library_versions(),
+                "key": key, **(extra or {})}
+        with atomic_path(self.path(*key)) as tmp:
+            joblib.dump({"model": model, "meta": meta}, tmp)
+
+    def get_or_fit(self, key: tuple[str, ...], data_hash: str, features: list[str] | None,
+                   fit: Callable[[], Any], extra: dict[str, Any] | None = None) -> Any:
+        model = self.load(key, data_hash)
+        if model is None:
+            model = fit()
+            self.save(key, data_hash, features, model, extra)
         return model
+
+    def load_saved(self, device: str, dtype: str, op: str, pass_: str,
+                   recipes: tuple[str, ...] = ("hybrid", "gbm", "ett")
+                   ) -> tuple[Any, dict[str, Any]] | None:
+        """(model, meta) of a model saved by ``opatlas fit --out DIR`` (this registry's
+        layout) for the first of ``recipes`` that has one, else None; read without the data
+        it was fitted on. These are the user's own files: loading them runs their pickled
+        code, as fitting does."""
+        import joblib
+
+        from opatlas.errors import OpatlasError
+
+        for recipe in recipes:
+            path = self.path(device, dtype, recipe, op, pass_)
+            if path.exists():
+                try:
+                    saved = joblib.load(path)
+                    return saved["model"], dict(saved.get("meta") or {})
+                except Exception as exc:  # not one of ours, or from other library versions
+                    raise OpatlasError(f"{path}: not a model opatlas can read "
+                                       f"({type(exc).__name__}: {exc})") from None
+        return None
+
+    def saved_keys(self) -> list[tuple[str, str, str, str, str]]:
+        """(device, dtype, recipe, op, pass) of every model saved here."""
+        return sorted(tuple(p.relative_to(self.root).with_suffix("").parts)  # type: ignore[misc]
+                      for p in self.root.glob("*/*/*/*/*.joblib"))

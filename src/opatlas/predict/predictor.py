@@ -13,8 +13,8 @@ import numpy as np
 from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, take
 from opatlas.devices import Device, device_key, find_device
 from opatlas.errors import OpatlasError
-from opatlas.fit.index import DataIndex
-from opatlas.fit.recipes import RECIPE_REVISION, OpModel, make_model
+from opatlas.fit.index import DataIndex, group_key
+from opatlas.fit.recipes import MIN_FIT_ROWS, RECIPE_REVISION, RECIPES, OpModel, make_model
 from opatlas.fit.registry import ModelRegistry
 
 if TYPE_CHECKING:
@@ -29,7 +29,9 @@ LINEAR_ROLES = {"qkv": "linear1", "out": "linear2", "ffn_up": "linear3", "ffn_do
 
 
 class Predictor:
-    """Predict op times (µs). ``data``: 'bundled' (A100), a store file or a CSV folder.
+    """Predict op times (µs). ``data``: 'bundled' (A100), a store file, a folder of
+    estimate-train-time CSVs or one such CSV; or ``models``: a folder ``opatlas fit --out``
+    saved models in (then no data is read).
 
     ``Predictor.shared(...)`` returns one instance per argument set for the process, so models
     and data load once however many estimates ask."""
@@ -46,13 +48,19 @@ class Predictor:
 
     def __init__(self, device: str = "NVIDIAA100-SXM4-80GB", dtype: str = "fp16",
                  recipe: str = "hybrid", data: str | Path = "bundled",
-                 cache_dir: str | Path | None = None, strict: bool = False) -> None:
-        """``strict``: a shape naming a value the data never measured is an error."""
-        self.device, self.dtype, self.recipe, self.data_source = device, dtype, recipe, data
+                 cache_dir: str | Path | None = None, strict: bool = False,
+                 models: str | Path | None = None) -> None:
+        """``strict``: a shape naming a value the data never measured is an error.
+        ``models``: predict with the models saved there (``recipe``'s, or with ``recipe``
+        None the first of hybrid, gbm, ett each op has) instead of fitting on ``data``."""
+        self.recipe = recipe or "hybrid"
+        self.device, self.dtype, self.data_source = device, dtype, models or data
         self.strict = strict
         self._said: set[tuple[str, str]] = set()
         self.registry = ModelRegistry(cache_dir)
-        self.index = DataIndex(data)
+        self.index: DataIndex | SavedModels = \
+            SavedModels(Path(models), (recipe,) if recipe else RECIPES) if models else \
+            DataIndex(data)
         self._data: pd.DataFrame | None = None
         self._keys: np.ndarray | None = None
         self._models: dict[tuple[str, str, str, str], OpModel] = {}
@@ -62,6 +70,9 @@ class Predictor:
     @property
     def data(self) -> pd.DataFrame:
         if self._data is None:
+            if isinstance(self.index, SavedModels):
+                raise OpatlasError(f"predicting with the models under {self.data_source}: "
+                                   f"there is no data to read")
             self._data = self.index.frame()
         return self._data
 
@@ -83,6 +94,10 @@ class Predictor:
         device, dtype = device or self.device, dtype or self.dtype
         if not self.index.has_device(device_key(device), dtype):
             check_dtype(dtype)  # a typo (fp17) is named as such, not as missing data
+            if isinstance(self.index, SavedModels):
+                raise OpatlasError(f"--models {self.data_source}: no model saved for device "
+                                   f"{device!r} in {dtype}; it holds models for: "
+                                   f"{self.index.meta['holdings']}")
             raise OpatlasError(f"the op data {self.data_source} has no {dtype} samples for "
                                f"device {device!r}; it holds: {self.index.meta['holdings']}. "
                                f"Give data measured on this device (estimate: ops.data; "
@@ -94,6 +109,8 @@ class Predictor:
         key = (device_key(device), dtype)
         if key not in self._devices:  # the data is loaded only for a device the catalog lacks
             dev = find_device(device)
+            if dev is None and isinstance(self.index, SavedModels):
+                dev = self.index.device(device_key(device), dtype)
             if dev is None:
                 from opatlas.fit.data import data_device
 
@@ -135,6 +152,25 @@ class Predictor:
 
     def model(self, op: str, pass_: str, device: str | None = None, dtype: str | None = None
               ) -> OpModel:
+        """The model of (op, pass) on the device and dtype: loaded, cached, or fitted now."""
+        model = self._model(op, pass_, device, dtype, fit=True)
+        assert model is not None
+        return model
+
+    def cached_model(self, op: str, pass_: str, device: str | None = None,
+                     dtype: str | None = None) -> OpModel | None:
+        """The model if it needs no fit (loaded, or cached for the current data), else None:
+        a caller can show progress on the fits still to do."""
+        return self._model(op, pass_, device, dtype, fit=False)
+
+    def has_data(self, op: str, pass_: str, device: str | None = None,
+                 dtype: str | None = None) -> bool:
+        """Whether the data (or the saved models) hold (op, pass) on the device and dtype."""
+        return self.index.group(op, pass_, device_key(device or self.device),
+                                dtype or self.dtype) is not None
+
+    def _model(self, op: str, pass_: str, device: str | None, dtype: str | None, fit: bool
+               ) -> OpModel | None:
         device, dtype = device_key(device or self.device), dtype or self.dtype
         key = (op, pass_, device, dtype)
         if key not in self._models:
@@ -145,30 +181,49 @@ class Predictor:
                 raise OpatlasError(f"no {dtype} {pass_} data for op {op!r} on {device}; data "
                                    f"has {len(have)} (op, pass) pairs, e.g. {have[:6]}")
             self._params[key] = list(group["params"])
-            self._models[key] = self._load_or_fit(op, pass_, device, dtype,
-                                                  f"{group['hash']}:r{RECIPE_REVISION}")
+            if isinstance(self.index, SavedModels):
+                model = self.index.model(op, pass_, device, dtype)
+            else:
+                self._check_rows(op, pass_, device, dtype, group)
+                model = self._load_or_fit(op, pass_, device, dtype, group, fit)
+            if model is None:
+                return None
+            self._models[key] = model
         return self._models[key]
 
-    def _load_or_fit(self, op: str, pass_: str, device: str, dtype: str, fingerprint: str
-                     ) -> OpModel:
+    def _check_rows(self, op: str, pass_: str, device: str, dtype: str, group: dict) -> None:
+        """Refuse to fit on fewer rows than ``opatlas fit`` evaluates a model on."""
+        rows = group.get("rows", MIN_FIT_ROWS)
+        if rows < MIN_FIT_ROWS:
+            raise OpatlasError(f"op {op!r} {pass_}: {self.data_source} holds {rows} {dtype} "
+                               f"row(s) of it on {device}; a model is fitted on at least "
+                               f"{MIN_FIT_ROWS} (as opatlas fit evaluates them): measure "
+                               f"more shapes")
+
+    def _load_or_fit(self, op: str, pass_: str, device: str, dtype: str, group: dict,
+                     fit: bool = True) -> OpModel | None:
         """The compiled model cached beside the full one (numpy only), else the full model
-        (fitted on first use), whose compiled form is then cached for the next process."""
+        (fitted on first use, or None when not ``fit``), whose compiled form is then cached
+        for the next process."""
+        fingerprint = f"{group['hash']}:r{RECIPE_REVISION}"
         reg_key = (device, dtype, self.recipe, op, pass_)
         fast = self.registry.load_compiled(reg_key, fingerprint)
         if fast is not None:
             return fast
-        from opatlas.fit.data import shapes_of
+        model = self.registry.load(reg_key, fingerprint)
+        if model is None and not fit:
+            return None
+        if model is None:
+            from opatlas.fit.data import shapes_of
 
-        d = self.data
-        rows = d[((d["op"] == op) & (d["pass"] == pass_)).to_numpy()
-                 & self.rows_for(device, dtype)]
-        shapes, y = shapes_of(rows), rows["y_us"].to_numpy(float)
-        dev = self.device_entry(device, dtype)
-
-        def fit() -> OpModel:
-            return make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
-
-        model = self.registry.get_or_fit(reg_key, fingerprint, list(shapes.columns), fit)
+            d = self.data
+            rows = d[((d["op"] == op) & (d["pass"] == pass_)).to_numpy()
+                     & self.rows_for(device, dtype)]
+            shapes, y = shapes_of(rows), rows["y_us"].to_numpy(float)
+            dev = self.device_entry(device, dtype)
+            model = make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
+            self.registry.save(reg_key, fingerprint, list(shapes.columns), model,
+                               {k: group.get(k) for k in SAVED_GROUP_KEYS})
         compiled = model.compiled_only()
         if compiled is not None:
             self.registry.save_compiled(reg_key, fingerprint, compiled)
@@ -235,6 +290,41 @@ class Predictor:
                 warnings.warn(f"{op}: {text}: the prediction extrapolates from the op's "
                               f"counts (--strict refuses)", UnmeasuredValueWarning, stacklevel=3)
 
+    def outside_range(self, op: str, row: Mapping[str, Any], pass_: str = "fwd",
+                      device: str | None = None, dtype: str | None = None) -> list[str]:
+        """Each of ``row``'s numeric parameters outside the values (op, pass) was measured at,
+        with that range, e.g. ``l=65,536 (measured 128 to 8,192)``."""
+        group = self.index.group(op, pass_, device_key(device or self.device),
+                                 dtype or self.dtype) or {}
+        out = []
+        for k, (lo, hi) in (group.get("ranges") or {}).items():
+            v = row.get(k)
+            if isinstance(v, int | float) and not isinstance(v, bool) and not lo <= v <= hi:
+                out.append(f"{k}={_value(v)} (measured {_value(lo)} to {_value(hi)})")
+        return out
+
+    def check_range(self, op: str, row: Mapping[str, Any], passes: Sequence[str],
+                    device: str | None = None, dtype: str | None = None) -> None:
+        """Say on stderr (an error when strict) which of ``row``'s parameters lie outside the
+        data the models of ``passes`` were fitted on, and what the recipe does there: tree
+        models (gbm, ett) cannot extrapolate, the hybrid's roofline base scales."""
+        outside = list(dict.fromkeys(t for p in passes
+                                     for t in self.outside_range(op, row, p, device, dtype)))
+        if not outside:
+            return
+        what = f"{op}: {', '.join(outside)} outside the data the model was fitted on"
+        if self.strict:
+            raise OpatlasError(f"{what}; --strict refuses to extrapolate")
+        recipe = self.model(op, passes[0], device, dtype).recipe
+        if recipe == "hybrid":
+            how = ("the hybrid model scales its roofline base (the op's FLOPs and bytes) "
+                   "there, at the efficiency learned at the data's edge")
+        else:
+            how = (f"the {recipe} recipe's trees cannot extrapolate: its prediction stays "
+                   f"near the times at the data's edge (the hybrid recipe's roofline base "
+                   f"scales with the op's FLOPs and bytes)")
+        warnings.warn(f"{what}: {how} (--strict refuses)", OutOfRangeWarning, stacklevel=2)
+
     def predict(self, op: str, shapes: pd.DataFrame | Columns | Mapping[str, Any]
                 | Sequence[Mapping], *, device: str | None = None, dtype: str | None = None,
                 pass_: str = "fwd") -> np.ndarray:
@@ -252,6 +342,85 @@ class Predictor:
 
 class UnmeasuredValueWarning(UserWarning):
     """A shape names a value (a linear's role ...) the op was never measured at."""
+
+
+class OutOfRangeWarning(UserWarning):
+    """A shape's parameter lies outside the values the model was fitted on."""
+
+
+# what a saved model keeps of its data's index group: predicting from it needs no data
+SAVED_GROUP_KEYS = ("params", "categories", "ranges", "rows")
+
+
+class SavedModels:
+    """The models ``opatlas fit --out DIR`` saved, standing in for a data index: the ops,
+    passes, devices and dtypes they cover, and per model the shape parameters, named values
+    and measured ranges its data held (kept in its meta), all read without the data."""
+
+    def __init__(self, root: Path, recipes: tuple[str, ...]) -> None:
+        if not root.is_dir():
+            raise OpatlasError(f"--models {root}: no such folder (opatlas fit --out DIR saves "
+                               f"its models in DIR)")
+        self.root, self.recipes = root, recipes
+        self.registry = ModelRegistry(root)
+        keys = [k for k in self.registry.saved_keys() if k[2] in recipes]
+        if not keys:
+            raise OpatlasError(f"--models {root}: no saved {' or '.join(recipes)} model in "
+                               f"it (opatlas fit --out DIR saves them)")
+        per_device: dict[tuple[str, str], set[str]] = {}
+        for dev, dtype, _, op, _ in keys:
+            per_device.setdefault((dev, dtype), set()).add(op)
+        self.meta: dict[str, Any] = {
+            "groups": {group_key(op, pass_, dev, dtype): {} for dev, dtype, _, op, pass_ in keys},
+            "ops": sorted({k[3] for k in keys}),
+            "holdings": "; ".join(f"{dev} {dtype} ({len(ops)} ops)"
+                                  for (dev, dtype), ops in sorted(per_device.items()))}
+        self._loaded: dict[str, tuple[OpModel, dict[str, Any]]] = {}
+
+    def _load(self, op: str, pass_: str, device_key: str, dtype: str
+              ) -> tuple[OpModel, dict[str, Any]] | None:
+        key = group_key(op, pass_, device_key, dtype)
+        if key not in self.meta["groups"]:
+            return None
+        if key not in self._loaded:
+            found = self.registry.load_saved(device_key, dtype, op, pass_, self.recipes)
+            if found is None:
+                return None
+            model, meta = found
+            params = meta.get("params") or [f for f in meta.get("features") or []
+                                             if f != "dtype"]
+            self._loaded[key] = model, {"params": params,
+                                        "categories": meta.get("categories") or {},
+                                        "ranges": meta.get("ranges") or {},
+                                        "rows": meta.get("rows")}
+        return self._loaded[key]
+
+    def group(self, op: str, pass_: str, device_key: str, dtype: str) -> dict[str, Any] | None:
+        found = self._load(op, pass_, device_key, dtype)
+        return None if found is None else found[1]
+
+    def model(self, op: str, pass_: str, device_key: str, dtype: str) -> OpModel:
+        found = self._load(op, pass_, device_key, dtype)
+        if found is None:
+            raise OpatlasError(f"--models {self.root}: no saved model of {op} {pass_} on "
+                               f"{device_key} {dtype}")
+        return found[0]
+
+    def has_device(self, device_key: str, dtype: str) -> bool:
+        return any(k.split("|")[2:] == [device_key, dtype] for k in self.meta["groups"])
+
+    def device(self, device_key: str, dtype: str) -> Device | None:
+        """The device a saved model of ``device_key`` carries (one outside the catalog is
+        described by what its data attained when it was fitted)."""
+        for key in self.meta["groups"]:
+            op, pass_, dev, dt = key.split("|")
+            if (dev, dt) == (device_key, dtype):
+                return self.model(op, pass_, dev, dt).device
+        return None
+
+
+def _value(v: float) -> str:
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:g}"
 
 
 def _unmeasured(categories: Mapping[str, Sequence[str]], table: Columns) -> list[str]:

@@ -9,6 +9,7 @@ shape sampled more than once in a file is one row over its values (:func:`merge_
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import sys
@@ -25,8 +26,9 @@ from opatlas.sweep import params_json, vector_id
 PRECISIONS = ("fp16", "bf16", "fp32")
 PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur": "step"}
 IMPORT_BACKEND = "ett-import"
-__all__ = ["bundled_dataset", "export_ett", "filed_device_name", "import_ett_samples",
-           "merge_repeats", "parse_sample_name", "read_sample_file"]
+__all__ = ["EttExport", "bundled_dataset", "export_ett", "export_ett_report",
+           "filed_device_name", "import_ett_samples", "merge_repeats", "parse_sample_name",
+           "read_sample_file"]
 
 
 def _counts(op: str, params: dict) -> tuple[dict, dict]:
@@ -43,28 +45,33 @@ def _counts(op: str, params: dict) -> tuple[dict, dict]:
 
 def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
     """Result rows of one sampling CSV; ``counts`` adds the catalog's FLOPs and bytes (the
-    store wants them; model fitting derives its own features and skips the cost)."""
+    store wants them; model fitting derives its own features and skips the cost). A bad cell
+    (a time that is not a number > 0, a shape parameter that is not a number) is refused in
+    one line naming the file, the line and the column; an empty time cell is a value not
+    sampled and skipped, as upstream writes them."""
     meta = parse_sample_name(path)
     if meta is None:
         return []
-    df = pd.read_csv(path)
-    pass_cols = [c for c in df.columns if c in PASS_COLUMNS]
+    header, lines = _read_cells(path)
+    pass_cols = [c for c in header if c in PASS_COLUMNS]
     if not pass_cols:
-        return []
-    shape_cols = [c for c in df.columns if c not in pass_cols]
-    kind = "nccl" if {"shape", "nodes", "GPUsPerNode"} <= set(df.columns) else "op"
+        raise StoreError(f"{path}: no time column ({', '.join(PASS_COLUMNS)}); its columns "
+                         f"are {', '.join(header) or 'none'}")
+    shape_cols = [c for c in header if c not in pass_cols]
+    kind = "nccl" if {"shape", "nodes", "GPUsPerNode"} <= set(header) else "op"
     op = f"nccl.{meta['op']}" if kind == "nccl" else meta["op"]
+    shapes = _shape_values(path, header, lines, shape_cols)
+    times = [(col, header.index(col)) for col in pass_cols]
     rows = []
-    for rec in df.to_dict("records"):
-        params = {c: _num(rec[c]) for c in shape_cols}
+    for (line, cells), params in zip(lines, shapes, strict=True):
         params["dtype"] = meta["prec"]
         vid = vector_id(op, params)
         flops, nbytes = _counts(op, params) if counts and kind == "op" else ({}, {})
-        for col in pass_cols:
-            us = rec[col]
-            if pd.isna(us):
+        for col, at in times:
+            us = _time_us(path, line, col, cells[at])
+            if us is None:
                 continue
-            ns = float(us) * 1000.0
+            ns = us * 1000.0
             pass_ = PASS_COLUMNS[col]
             rows.append(ResultRow(
                 vector_id=vid, op=op, params_json=params_json(params), pass_=pass_,
@@ -73,6 +80,82 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
                 flops=flops.get(pass_), min_bytes=nbytes.get(pass_),
                 message=f"imported from {path.name} (upstream trimmed mean of 10)"))
     return rows
+
+
+# cells read as "no value", as pandas reads them
+_MISSING = frozenset({"", "nan", "NaN", "NA", "N/A", "n/a", "null", "NULL", "None", "<NA>"})
+_BOOLS = {"true": True, "false": False}
+
+
+def _read_cells(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header and (line number, cells) of each non-blank row; a row whose cell count
+    differs from the header's is refused, naming its line."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = [c.strip() for c in next(reader, [])]
+            lines = []
+            for cells in reader:
+                if not any(c.strip() for c in cells):
+                    continue
+                if len(cells) != len(header):
+                    raise StoreError(f"{path}, line {reader.line_num}: {len(cells)} cells, "
+                                     f"the header has {len(header)} columns")
+                lines.append((reader.line_num, [c.strip() for c in cells]))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise StoreError(f"{path}: not a readable CSV ({exc})") from None
+    if not header:
+        raise StoreError(f"{path}: empty file; an estimate-train-time sample CSV starts with "
+                         f"a header of shape columns, then F_dur(us), B_dur(us) or dur(us)")
+    return header, lines
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _shape_values(path: Path, header: list[str], lines: list[tuple[int, list[str]]],
+                  shape_cols: list[str]) -> list[dict]:
+    """Each row's shape: numbers, except in a column of names only (a linear's ``role``); a
+    non-number in a column of numbers or in a size parameter (``dim``, ``l`` ...) is refused,
+    as is an empty cell."""
+    from opatlas.ops.base import SIZE_PARAMS
+
+    shapes: list[dict] = [{} for _ in lines]
+    for col in shape_cols:
+        at = header.index(col)
+        cells = [cells[at] for _, cells in lines]
+        for (line, _), cell in zip(lines, cells, strict=True):
+            if cell in _MISSING:
+                raise StoreError(f"{path}, line {line}, column {col!r}: empty; every shape "
+                                 f"parameter needs a value")
+        numbers = [_number(c) for c in cells]
+        if col not in SIZE_PARAMS and all(v is None for v in numbers):
+            bools = all(c.lower() in _BOOLS for c in cells)  # as pandas reads True/False
+            for shape, cell in zip(shapes, cells, strict=True):
+                shape[col] = _BOOLS[cell.lower()] if bools else cell
+            continue
+        for (line, _), shape, cell, v in zip(lines, shapes, cells, numbers, strict=True):
+            if v is None or not np.isfinite(v):
+                raise StoreError(f"{path}, line {line}, column {col!r}: {cell!r} is not a "
+                                 f"number; shape parameters are numbers")
+            shape[col] = _num(v)
+    return shapes
+
+
+def _time_us(path: Path, line: int, col: str, cell: str) -> float | None:
+    """A time cell in µs: None when empty (not sampled), refused unless a number > 0."""
+    if cell in _MISSING:
+        return None
+    us = _number(cell)
+    if us is None or not np.isfinite(us) or us <= 0:
+        what = "not a number" if us is None else "not a time"
+        raise StoreError(f"{path}, line {line}, column {col!r}: {cell!r} is {what}; times "
+                         f"are µs > 0")
+    return us
 
 
 def merge_repeats(rows: list[ResultRow]) -> tuple[list[ResultRow], int]:
@@ -109,7 +192,8 @@ def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
     if not directory.is_dir():
         raise StoreError(f"{directory} is not a directory of estimate-train-time CSVs")
     added: dict[str, int] = {}
-    for path in sorted(directory.rglob("*.csv")):
+    samples = [p for p in sorted(directory.rglob("*.csv")) if parse_sample_name(p)]
+    for path in samples:
         rows, repeated = merge_repeats(read_sample_file(path))
         if repeated:
             print(f"opatlas: note: {rows[0].op} ({path.name}): {repeated} shape(s) appear "
@@ -118,17 +202,48 @@ def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
         if rows:
             added[str(path.relative_to(directory))] = store.add_results(rows)
     if not added:
-        raise StoreError(f"no estimate-train-time sample files found under {directory}")
+        raise StoreError(f"the {len(samples)} estimate-train-time sample file(s) under "
+                         f"{directory} hold no rows" if samples else
+                         f"no estimate-train-time sample files ({{GPU}}_{{op}}_{{precision}}"
+                         f".csv) found under {directory}")
     return added
 
 
-def export_ett(store: Store, outdir: str | Path) -> list[Path]:
+@dataclasses.dataclass
+class EttExport:
+    """What :func:`export_ett_report` did: the files written, and the result rows left out
+    because they did not succeed (by status: the layout holds times only)."""
+
+    paths: list[Path]
+    left_out: dict[str, int]
+
+    def note(self) -> str | None:
+        """One line on the rows left out, or None when none was."""
+        if not self.left_out:
+            return None
+        return (f"left out {_statuses(self.left_out)}: the estimate-train-time layout holds "
+                f"measured times only")
+
+
+def _statuses(counts: dict[str, int]) -> str:
+    each = ", ".join(f"{status} {k}" for status, k in sorted(counts.items()))
+    return f"{sum(counts.values())} result row(s) that did not succeed ({each})"
+
+
+def export_ett_report(store: Store, outdir: str | Path) -> EttExport:
     """Write results back in upstream's layout: one CSV per (device, op, dtype), shape columns
-    then ``F_dur(us)``/``B_dur(us)`` (or ``dur(us)``) from the median."""
+    then ``F_dur(us)``/``B_dur(us)`` (or ``dur(us)``) from the median. A store with no ok
+    result is refused (nothing would be written), naming what it holds."""
+    df = store.results(expand_params=False)
+    failed = df[df["status"] != "ok"]
+    left_out = {str(k): int(v) for k, v in failed["status"].value_counts().items()}
+    df = df[df["status"] == "ok"]
+    if df.empty:
+        held = f"it holds {_statuses(left_out)} only" if left_out else "it is empty"
+        raise StoreError(f"{store.path}: no ok result to write in the estimate-train-time "
+                         f"layout; {held}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    df = store.results(expand_params=False)
-    df = df[df["status"] == "ok"]
     written = []
     for (device, op, dtype), g in df.groupby(["device", "op", "dtype"]):
         params = pd.DataFrame([json.loads(s) for s in g["params_json"]], index=g.index)
@@ -143,7 +258,15 @@ def export_ett(store: Store, outdir: str | Path) -> list[Path]:
         path = outdir / f"{str(device).replace(' ', '')}_{name}_{dtype}.csv"
         wide[cols].to_csv(path, index=False)
         written.append(path)
-    return written
+    return EttExport(written, left_out)
+
+
+def export_ett(store: Store, outdir: str | Path) -> list[Path]:
+    """:func:`export_ett_report`'s files; the rows it left out are said on stderr."""
+    done = export_ett_report(store, outdir)
+    if (note := done.note()) is not None:
+        print(f"opatlas: note: {note}", file=sys.stderr)
+    return done.paths
 
 
 def _num(v: object) -> object:

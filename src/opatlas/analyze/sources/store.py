@@ -234,18 +234,11 @@ def _explained(rows: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
 
 
 def _saved_model(root: Path, device: str, dtype: str, op: str, pass_: str) -> Any:
-    """A model saved by ``opatlas fit --out DIR`` (the model registry's layout), or None.
-    These are the user's own files: loading them runs their pickled code, as fit does."""
+    """A model saved by ``opatlas fit --out DIR`` (the model registry's layout), or None."""
     from opatlas.fit.registry import ModelRegistry
 
-    reg = ModelRegistry(root)
-    for recipe in ("hybrid", "gbm", "ett"):
-        path = reg.path(device, dtype, recipe, op, pass_)
-        if path.exists():
-            import joblib
-
-            return joblib.load(path)["model"]
-    return None
+    found = ModelRegistry(root).load_saved(device, dtype, op, pass_)
+    return found[0] if found else None
 
 
 def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFrame,
