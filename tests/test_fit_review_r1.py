@@ -207,3 +207,40 @@ def test_export_says_the_failed_rows_it_leaves_out(tmp_path, capsys):
         export_ett(st, tmp_path / "none")
     assert "no ok result to write" in str(err.value) and "(timeout 2)" in str(err.value)
     assert not (tmp_path / "none").exists()
+
+
+def test_an_estimate_says_an_op_has_too_few_rows_not_no_data():
+    """An op measured on fewer rows than a model is fitted on falls back to the roofline
+    with that reason, not "no measured data"."""
+    import warnings
+
+    import pandas as pd
+
+    from opatlas.devices import get_device
+    from opatlas.errors import OpatlasError, TooFewRows
+    from opatlas.estimate.optimes import DataTimes, RooflineFallbackWarning, RooflineTimes
+
+    class Thin:  # the Predictor's two refusals, without data to read
+        device, data_source = "A100", "d"
+
+        def predict(self, op, shapes, pass_):
+            raise (TooFewRows if op == "gelu" else OpatlasError)(op)
+
+    times = DataTimes.__new__(DataTimes)
+    RooflineTimes.__init__(times, get_device("A100"), "fp16", 1.0, 1.0)
+    times.predictor, times.strict, times.fallbacks, times.too_few = Thin(), False, set(), set()
+    shapes = pd.DataFrame({"b": [1], "l": [512], "dim": [1024]})
+    roof = RooflineTimes(get_device("A100"), "fp16", 1.0, 1.0)("gelu", shapes, "bwd")
+    assert times("gelu", shapes, "bwd") == pytest.approx(roof)
+    times("res_add", shapes, "fwd")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        notes = times.fallback_notes()
+    assert notes == ["op gelu/bwd has fewer than 10 measured rows; roofline used",
+                     "op res_add/fwd has no measured data; roofline used"]
+    [w] = [w for w in seen if issubclass(w.category, RooflineFallbackWarning)]
+    assert str(w.message).startswith("no measured data for res_add/fwd on A100 fp16 in d; "
+                                     "fewer than 10 measured rows for gelu/bwd on A100 fp16")
+    times.strict = True
+    with pytest.raises(OpatlasError, match="strict: no measured data for res_add/fwd"):
+        times.fallback_notes()

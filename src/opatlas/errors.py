@@ -34,3 +34,7 @@ class UnknownOpError(OpatlasError):
 
 class InvalidShape(OpatlasError):
     """Raised by an op when a parameter vector is not a valid shape for it."""
+
+
+class TooFewRows(OpatlasError):
+    """Measured data too thin to fit a model on (fewer rows than ``opatlas fit`` evaluates)."""

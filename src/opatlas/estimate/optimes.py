@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from opatlas.devices import Device, find_device
-from opatlas.errors import OpatlasError
+from opatlas.errors import OpatlasError, TooFewRows
 from opatlas.ops.batch import count_columns
 
 
@@ -48,29 +48,40 @@ class DataTimes(RooflineTimes):
         self.predictor = Predictor.shared(device=device_name, dtype=dtype, data=data)
         self.predictor.check_device()
         self.strict = strict
-        self.fallbacks: set[str] = set()
+        self.fallbacks: set[str] = set()  # ops the data lacks
+        self.too_few: set[str] = set()  # ops with fewer rows than a model is fitted on
 
     def __call__(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
         try:
             return self.predictor.predict(op, shapes, pass_=pass_) * 1e-6
+        except TooFewRows:
+            self.too_few.add(f"{op}/{pass_}")
+            return super().__call__(op, shapes, pass_)
         except OpatlasError:
             self.fallbacks.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
 
     def fallback_notes(self) -> list[str]:
-        """One note per op without data; said on stderr once, or an error when strict."""
-        if not self.fallbacks:
+        """One note per op without data (or too little); said on stderr once, or an error
+        when strict."""
+        from opatlas.fit.recipes import MIN_FIT_ROWS
+
+        if not self.fallbacks and not self.too_few:
             return []
-        missing = ", ".join(sorted(self.fallbacks))
         where = f"{self.predictor.device} {self.dtype} in {self.predictor.data_source}"
+        few = f"fewer than {MIN_FIT_ROWS} measured rows"
+        said = "; ".join(
+            [f"no measured data for {', '.join(sorted(self.fallbacks))} on {where}"] *
+            bool(self.fallbacks) +
+            [f"{few} for {', '.join(sorted(self.too_few))} on {where}"] * bool(self.too_few))
         if self.strict:
-            raise OpatlasError(f"ops.mode data, strict: no measured data for {missing} on "
-                               f"{where}; measure them, or drop --strict (ops.strict) to use "
-                               f"the roofline for them")
-        warnings.warn(f"no measured data for {missing} on {where}: the roofline is used for "
-                      f"them (--strict makes this an error)", RooflineFallbackWarning,
-                      stacklevel=2)
-        return [f"op {x} has no measured data; roofline used" for x in sorted(self.fallbacks)]
+            raise OpatlasError(f"ops.mode data, strict: {said}; measure them, or drop --strict "
+                               f"(ops.strict) to use the roofline for them")
+        warnings.warn(f"{said}: the roofline is used for them (--strict makes this an error)",
+                      RooflineFallbackWarning, stacklevel=2)
+        why = {**{x: "has no measured data" for x in self.fallbacks},
+               **{x: f"has {few}" for x in self.too_few}}
+        return [f"op {x} {why[x]}; roofline used" for x in sorted(why)]
 
 
 def op_times(cluster_device: str, dtype: str, ops: Any) -> tuple[Device, RooflineTimes]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, take
 from opatlas.devices import Device, device_key, find_device
-from opatlas.errors import OpatlasError
+from opatlas.errors import OpatlasError, TooFewRows
 from opatlas.fit.index import DataIndex, group_key
 from opatlas.fit.recipes import MIN_FIT_ROWS, RECIPE_REVISION, RECIPES, OpModel, make_model
 from opatlas.fit.registry import ModelRegistry
@@ -195,7 +195,7 @@ class Predictor:
         """Refuse to fit on fewer rows than ``opatlas fit`` evaluates a model on."""
         rows = group.get("rows", MIN_FIT_ROWS)
         if rows < MIN_FIT_ROWS:
-            raise OpatlasError(f"op {op!r} {pass_}: {self.data_source} holds {rows} {dtype} "
+            raise TooFewRows(f"op {op!r} {pass_}: {self.data_source} holds {rows} {dtype} "
                                f"row(s) of it on {device}; a model is fitted on at least "
                                f"{MIN_FIT_ROWS} (as opatlas fit evaluates them): measure "
                                f"more shapes")
