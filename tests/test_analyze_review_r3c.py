@@ -204,3 +204,9 @@ def test_the_estimated_step_time_is_labelled_estimated(tmp_path):
     assert not [label for label, _, _ in summary_items(a) if label == "step time"]
     html = api.write_html(a, tmp_path / "r.html").read_text()
     assert '"estimated step time"' in html
+
+
+def test_a_missing_path_ending_in_a_bundled_name_is_missing(capsys, tmp_path):
+    """typo/llama2-7b.yml is a missing file, not the bundled llama2-7b."""
+    one_error(*cli_in_process(capsys, "analyze", str(tmp_path / "typo" / "llama2-7b.yml"),
+                              "--json")[::2], "no such file or folder")

@@ -43,11 +43,14 @@ def test_pooled_predictions_are_the_in_process_ones_and_progress_counts_rows():
 
 
 def test_a_small_group_is_said_not_fitted():
+    from opatlas.analyze.sources.held_out import MIN_ROWS
+
+    assert MIN_ROWS == 13  # 5 folds: each fits on 4/5 of them, at least MIN_FIT_ROWS (10)
     job = _jobs()[0]
     few = Job("few", "linear", "fwd", job.device, "fp16", job.shapes[:6], job.seconds[:6])
     [(got, pred, notes)] = predict_all([few])
     assert got.key == "few" and np.isnan(pred).all()
-    assert notes == ["linear fwd: 6 measured shapes, fewer than 10: no held-out prediction"]
+    assert notes == ["linear fwd: 6 measured shapes, fewer than 13: no held-out prediction"]
 
 
 def test_one_buffer_sizes_least_traffic_is_the_frontiers_there():

@@ -244,3 +244,47 @@ def test_an_estimate_says_an_op_has_too_few_rows_not_no_data():
     times.strict = True
     with pytest.raises(OpatlasError, match="strict: no measured data for res_add/fwd"):
         times.fallback_notes()
+
+
+# review of the fixes ----------------------------------------------------------------------
+def test_analyze_finds_the_models_fit_saved_for_a_store_under_the_gpus_own_name(tmp_path,
+                                                                                 capsys):
+    """fit --out files models under the catalog name (A100-SXM4-80GB); a store holds the name
+    the GPU reports (NVIDIAA100-SXM4-80GB): analyze --models must find them."""
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        import_ett_samples(st, _folder(tmp_path / "d", _linear_rows()))
+    models = tmp_path / "models"
+    code, _, err = cli_in_process(capsys, "fit", "--data", str(store), "--no-baseline",
+                                  "--out", str(models))
+    assert code == 0, err
+    code, out, err = cli_in_process(capsys, "analyze", str(store), "--models", str(models),
+                                    "--json", "--strict")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {r["predicted_by"] for r in doc["rows"]} == {"saved"}
+
+
+def test_fit_out_skips_a_thin_dtype_of_an_evaluated_op_and_counts_what_it_saved(tmp_path,
+                                                                                capsys):
+    data = _folder(tmp_path / "d", _linear_rows())
+    (data / f"{A100}_linear1_bf16.csv").write_text(HEADER + "\n".join(_linear_rows(5)) + "\n")
+    models = tmp_path / "models"
+    code, out, err = cli_in_process(capsys, "fit", "--data", str(data), "--no-baseline",
+                                    "--out", str(models))
+    assert code == 0, err
+    assert ("not saved, fewer than 10 rows to fit on: linear1 fwd (NVIDIAA100-SXM4-80GB bf16), "
+            "linear1 bwd (NVIDIAA100-SXM4-80GB bf16)") in err
+    assert f"saved 2 models under {models}" in out + err
+    assert len(list(models.rglob("*.joblib"))) == 2
+
+
+def test_predict_leaves_out_a_thin_pass_and_predicts_the_other(tmp_path, capsys):
+    rows = _linear_rows()
+    thin = [r.rsplit(",", 1)[0] + "," for r in rows[5:]]  # bwd measured on 5 shapes only
+    data = _folder(tmp_path / "d", rows[:5] + thin)
+    code, out, err = cli_in_process(capsys, "predict", "linear1", "--shape",
+                                    "mp=1,b=1,l=256,dim=512", "--data", str(data), "--json")
+    assert code == 0, err
+    assert set(json.loads(out)["us"]) == {"fwd"}
+    assert "op 'linear1' bwd" in err and "holds 5 fp16 row(s)" in err and "left out" in err

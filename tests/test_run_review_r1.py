@@ -200,3 +200,19 @@ def test_import_results_help_names_every_format_it_reads():
 
     text = inspect.signature(import_results).parameters["path"].default.help
     assert all(s in text for s in (".parquet", ".csv", ".json"))
+
+
+def test_a_users_op_runs_dtypes_of_its_own(tmp_path):
+    """The backend's dtypes bind the catalog's ops (built from its tensors); an --ops-module
+    op handling fp8 itself is not refused, a catalog op in fp8 is."""
+    from opatlas.ops import load_ops_module
+    from opatlas.run.runner import check_backend_dtypes
+
+    module = tmp_path / "picky.py"
+    module.write_text(OPS_WITH_CHOICES)
+    load_ops_module(module)
+    mine = {"name": "p", "op": "picky_review_r1",
+            "params": {"n": [1], "mode": ["fast"], "dtype": ["fp8"]}}
+    check_backend_dtypes(load_spec(write_spec(tmp_path / "p.yml", mine)), "cpu")
+    with pytest.raises(SpecError, match="backend 'cpu' cannot run this dtype"):
+        check_backend_dtypes(load_spec(write_spec(tmp_path / "g.yml", GELU)), "cpu")

@@ -68,10 +68,8 @@ def fit(
 
     frame = load_op_data(data)
     ops = [ETT_NAMES.get(o, o) for o in op] if op else None  # catalog names as predict takes
+    # never empty: evaluate_all refuses a request that leaves nothing, saying why
     evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
-    if not evs:
-        raise OpatlasError(f"no (op, pass) with at least 10 rows in {data}"
-                           + (f" for ops {op}" if op else ""))
     rows = [e.as_json() for e in evs]
     if out is not None and out.name.lower().endswith(TABLE_SUFFIXES):
         import pandas as pd
@@ -150,6 +148,8 @@ def _check_fit_out(out: Path | None, recipe: str) -> None:
 def _save_models(frame, data: str, recipe: str, out: Path, keys: set, quiet: bool) -> None:
     """Fit on all rows and save each model in ``out`` (a model registry folder), with progress
     on stderr; ``opatlas predict --models`` and ``analyze --models`` read them."""
+    from opatlas.errors import TooFewRows
+    from opatlas.fit.recipes import MIN_FIT_ROWS
     from opatlas.predict import Predictor
     from opatlas.run.progress import Progress
 
@@ -158,13 +158,21 @@ def _save_models(frame, data: str, recipe: str, out: Path, keys: set, quiet: boo
     todo = [(device, dtype, op, pass_) for device, dtype, op, pass_
             in frame[["device", "dtype", "op", "pass"]].drop_duplicates().itertuples(index=False)
             if (op, pass_) in keys]
+    thin = []
     with Progress(len(todo), label=f"saving {recipe} models", unit="models",
                   log_every=max(1, len(todo) // 10)) as bar:
         for device, dtype, op, pass_ in todo:
-            pred.model(op, pass_, device, dtype)
-            bar.advance("ok", detail=f"{op} {pass_}")
-    typer.echo(f"saved {len(keys)} models under {out} (opatlas predict --models {out} uses "
-               f"them)", err=quiet)
+            try:
+                pred.model(op, pass_, device, dtype)
+                bar.advance("ok", detail=f"{op} {pass_}")
+            except TooFewRows:  # another device or dtype of an evaluated op, too thin to fit
+                thin.append(f"{op} {pass_} ({device} {dtype})")
+                bar.advance("skipped", detail=f"{op} {pass_}")
+    if thin:
+        typer.echo(f"opatlas: note: not saved, fewer than {MIN_FIT_ROWS} rows to fit on: "
+                   f"{', '.join(thin)}", err=True)
+    typer.echo(f"saved {len(todo) - len(thin)} models under {out} (opatlas predict --models "
+               f"{out} uses them)", err=quiet)
 
 
 def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split: str,
@@ -293,6 +301,7 @@ def predict(
     if not passes:
         raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
                            f"{', '.join(pred.ops())}")
+    passes = _fittable(pred, name, passes)
     _fit_with_progress(pred, name, passes)
     filled = {k: v for p in passes for k, v in pred.shape_defaults(name, list(columns), p).items()}
     if filled:
@@ -337,3 +346,22 @@ def _fit_with_progress(pred: Predictor, name: str, passes: list[str]) -> None:
         for pass_ in todo:
             pred.model(name, pass_)
             bar.advance("fitted", detail=pass_)
+
+
+def _fittable(pred: Predictor, name: str, passes: list[str]) -> list[str]:
+    """``passes`` without those too thin to fit a model on (said on stderr); the refusal of
+    the first when none is left."""
+    from opatlas.errors import TooFewRows
+
+    kept, thin = [], []
+    for pass_ in passes:
+        try:
+            pred.check_rows(name, pass_)
+            kept.append(pass_)
+        except TooFewRows as exc:
+            thin.append(exc)
+    if not kept and thin:
+        raise thin[0]
+    for exc in thin:
+        typer.echo(f"opatlas: note: {exc}; that pass is left out", err=True)
+    return kept

@@ -18,7 +18,7 @@ import pandas as pd
 
 from opatlas.columns import distinct_rows
 from opatlas.devices import Device
-from opatlas.errors import OpatlasError
+from opatlas.errors import OpatlasError, TooFewRows
 from opatlas.fit.data import data_device, shapes_of
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
@@ -107,10 +107,6 @@ def _counts(train_sizes: list[int], n_test: int) -> dict[str, int]:
     folds' test rows); ``n_test``: the held-out rows of all folds; ``n_folds``."""
     return {"n_train": round(float(np.mean(train_sizes))), "n_test": n_test,
             "n_folds": len(train_sizes)}
-
-
-class TooFewRows(OpatlasError):
-    """A split that leaves a fold fewer rows to fit on than a model needs."""
 
 
 def _folds(op: str, pass_: str, shapes: pd.DataFrame, split: str

@@ -38,6 +38,10 @@ def _opatlas_version() -> str:
         return "absent"
 
 
+# the recipe a saved model is taken from when a folder holds several: the best first
+SAVED_ORDER = ("hybrid", "gbm", "ett")
+
+
 def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("opatlas")) / "models"
 
@@ -112,7 +116,7 @@ class ModelRegistry:
         return model
 
     def load_saved(self, device: str, dtype: str, op: str, pass_: str,
-                   recipes: tuple[str, ...] = ("hybrid", "gbm", "ett")
+                   recipes: tuple[str, ...] = SAVED_ORDER
                    ) -> tuple[Any, dict[str, Any]] | None:
         """(model, meta) of a model saved by ``opatlas fit --out DIR`` (this registry's
         layout) for the first of ``recipes`` that has one, else None; read without the data

@@ -14,8 +14,8 @@ from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, take
 from opatlas.devices import Device, device_key, find_device
 from opatlas.errors import OpatlasError, TooFewRows
 from opatlas.fit.index import DataIndex, group_key
-from opatlas.fit.recipes import MIN_FIT_ROWS, RECIPE_REVISION, RECIPES, OpModel, make_model
-from opatlas.fit.registry import ModelRegistry
+from opatlas.fit.recipes import MIN_FIT_ROWS, RECIPE_REVISION, OpModel, make_model
+from opatlas.fit.registry import SAVED_ORDER, ModelRegistry
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,7 +59,7 @@ class Predictor:
         self._said: set[tuple[str, str]] = set()
         self.registry = ModelRegistry(cache_dir)
         self.index: DataIndex | SavedModels = \
-            SavedModels(Path(models), (recipe,) if recipe else RECIPES) if models else \
+            SavedModels(Path(models), (recipe,) if recipe else SAVED_ORDER) if models else \
             DataIndex(data)
         self._data: pd.DataFrame | None = None
         self._keys: np.ndarray | None = None
@@ -190,6 +190,16 @@ class Predictor:
                 return None
             self._models[key] = model
         return self._models[key]
+
+    def check_rows(self, op: str, pass_: str, device: str | None = None,
+                   dtype: str | None = None) -> None:
+        """``TooFewRows`` when the data's rows of (op, pass) are too few to fit a model on
+        (saved models, and data without the op, pass here: :meth:`model` says why)."""
+        device, dtype = device_key(device or self.device), dtype or self.dtype
+        group = None if isinstance(self.index, SavedModels) else \
+            self.index.group(op, pass_, device, dtype)
+        if group is not None:
+            self._check_rows(op, pass_, device, dtype, group)
 
     def _check_rows(self, op: str, pass_: str, device: str, dtype: str, group: dict) -> None:
         """Refuse to fit on fewer rows than ``opatlas fit`` evaluates a model on."""

@@ -138,7 +138,7 @@ def check_backend_dtypes(spec: SweepSpec, backend: str, *, parts: int = 1, part:
     The grid is read only when the spec names such a dtype, up to the first such vector.
     ``file``: the spec's file, named in the error."""
     runs = backend_dtypes(backend)
-    if runs is None:
+    if runs is None or not _builtin_op(spec.op):  # a user's op may run dtypes of its own
         return
     suspects = {value: key for key, value in reversed(spec.dtypes()) if value not in runs}
     if not suspects:
@@ -154,6 +154,17 @@ def check_backend_dtypes(spec: SweepSpec, backend: str, *, parts: int = 1, part:
                     f"backend {backend!r} cannot run this dtype (it runs {', '.join(runs)}): "
                     f"drop it from spec {spec.name}{select} or use another backend",
                     file=file, key=suspects.get(dtype, "dtype"), value=dtype)
+
+
+def _builtin_op(name: str) -> bool:
+    """Whether ``name`` is a catalog op (built by the backend's tensors: its dtypes apply),
+    not one an ``--ops-module`` brings."""
+    from opatlas.ops.registry import BUILTIN_MODULES, get_op
+
+    try:
+        return type(get_op(name)[0]).__module__ in BUILTIN_MODULES
+    except Exception:  # unknown here: the spec check names it
+        return False
 
 
 def prepare_run(spec: SweepSpec, store: Store, config: RunConfig, *, parts: int = 1,

@@ -58,8 +58,8 @@ def detect(path: Path) -> bool:
     """What ``opatlas estimate`` reads as its config: a YAML, a Hugging Face config.json (or
     the folder holding one) or a training config in JSON, or a bundled name (a YAML example
     or a Hugging Face config: ``qwen2.5-7b``, whose dot is no suffix)."""
-    if not path.exists():
-        return bundled(path.name)
+    if not path.exists():  # a bare name only: typo/llama2-7b.yml is a missing file
+        return len(path.parts) == 1 and bundled(path.name)
     if path.is_dir():
         return _is_config_json(path / "config.json")
     return path.suffix in (".yml", ".yaml") or (path.suffix == ".json"

@@ -15,10 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from opatlas.fit.recipes import MIN_FIT_ROWS
 from opatlas.pool import each, workers_for
 
 FOLDS = 5
-MIN_ROWS = 2 * FOLDS  # fewer measured shapes than this: no held-out prediction
+# fewer measured shapes than this: no held-out prediction (each fold's model must be fitted
+# on MIN_FIT_ROWS rows, as everywhere: 4/5 of 13 is 10)
+MIN_ROWS = -(-MIN_FIT_ROWS * FOLDS // (FOLDS - 1))
 # below this many rows in all, worker processes cost more (start, imports) than they save
 POOL_MIN_ROWS = 4000
 

@@ -235,10 +235,16 @@ def _explained(rows: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
 
 def _saved_model(root: Path, device: str, dtype: str, op: str, pass_: str) -> Any:
     """A model saved by ``opatlas fit --out DIR`` (the model registry's layout), or None."""
+    from opatlas.devices import device_key
     from opatlas.fit.registry import ModelRegistry
 
-    found = ModelRegistry(root).load_saved(device, dtype, op, pass_)
-    return found[0] if found else None
+    reg = ModelRegistry(root)
+    # fit files models under the device's catalog name (the store may hold an alias, e.g.
+    # the name the GPU reports), older folders under the name as recorded
+    for name in dict.fromkeys((device_key(device), device)):
+        if (found := reg.load_saved(name, dtype, op, pass_)) is not None:
+            return found[0]
+    return None
 
 
 def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFrame,
