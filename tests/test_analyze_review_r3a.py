@@ -271,3 +271,29 @@ def test_a_cpu_only_trace_against_a_gpu_is_said(tmp_path):
     synthetic_trace(tmp_path / "gpu.json", events=200)
     b = api.analyze(tmp_path / "gpu.json")
     assert not any("no device (GPU) kernels" in n for n in b.summary["notes"])
+
+
+def test_the_report_draws_the_compute_roof_alone_without_a_memory_roof(tmp_path):
+    """Peaks from the data with no bandwidth-bound op: the roofline chart keeps the points
+    under the compute roof and says there is no memory roof (it drew nothing before)."""
+    from conftest import CHROMIUM, playwright_or_skip
+
+    sync_api = playwright_or_skip()
+    a = api.analyze("llama2-7b")
+    a.summary["peak_bytes_s"] = None
+    report = api.write_html(a, tmp_path / "r.html")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--headless=new"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(report.as_uri())
+        page.wait_for_selector("#roofline polyline", state="attached")
+        tip = page.get_attribute("#roofline polyline", "data-tip")
+        points = page.get_attribute("#roofline polyline", "points").split()
+        dots = page.locator("#roofline circle").count()
+        browser.close()
+    assert errors == [] and tip.endswith("no memory roof (no op shows the bandwidth)")
+    assert len(points) == 2 and points[0].split(",")[1] == points[1].split(",")[1]  # flat
+    assert dots > 0

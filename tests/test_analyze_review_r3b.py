@@ -200,3 +200,26 @@ def test_cli_says_a_missing_balancer_score_and_prints_null(tmp_path, capsys):
     code, out, err = cli_in_process(capsys, "analyze", str(tmp_path / "noscore"), "--json")
     assert code == 0 and json.loads(out)["summary"]["balancer_solution_score"] is None
     assert "no balancer_score.csv" in err
+
+
+def test_a_tt_metal_time_under_our_bound_is_flagged_and_said(tmp_path):
+    """A matmul whose device time is cut to a tenth of the real one falls under its
+    Orojenesis/compute bound: flagged on the row, said once in the notes."""
+    pytest.importorskip("tt_perf_report", reason="tt-perf-report is the opatlas[tt] extra")
+    import pandas as pd
+
+    df = pd.read_csv(CSV)
+    whole = api.analyze(CSV, extra={"ignore_signposts": True})
+    bounded = whole.rows[pd.to_numeric(whole.rows["headroom"], errors="coerce").notna()]
+    assert (bounded["flags"] == "").all()  # the real profile: nothing under its bound
+    target = bounded.sort_values("time_s").iloc[-1]
+    col = "DEVICE KERNEL DURATION [ns]"
+    hit = df[col] == target["device_time_ns"]
+    df.loc[hit, col] = df.loc[hit, col] / 10
+    path = tmp_path / "ops_perf_results_cut.csv"
+    df.to_csv(path, index=False)
+    a = api.analyze(path, extra={"ignore_signposts": True})
+    low = a.rows[a.rows["flags"].str.startswith("below bound")]
+    assert len(low) == int(hit.sum()) and (pd.to_numeric(low["headroom"]) < 1).all()
+    [note] = [n for n in a.summary["notes"] if "under their bound" in n or "below" in n]
+    assert note.startswith(f"{len(low)} device time(s)")

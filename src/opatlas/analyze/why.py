@@ -231,11 +231,11 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
     busier = np.fmax(r["util_compute"].to_numpy(float), r["util_memory"].to_numpy(float))
     r["util"] = np.where(r["limiter"] == "memory", r["util_memory"],
                          np.where(r["limiter"] == "compute", r["util_compute"], busier))
-    r["flags"] = _flags(r)
+    r["flags"] = flags_of(r)
     return r.drop(columns=[c for c in ("gemms", "comm_bound_s") if c in r])
 
 
-def _flags(r: pd.DataFrame) -> list[str]:
+def flags_of(r: pd.DataFrame) -> list[str]:
     """The rows' flags (any the source set, then the below-bound one, as PyBuda's rows)."""
     given = r["flags"].fillna("").astype(str).tolist() if "flags" in r else [""] * len(r)
     out = []
@@ -265,6 +265,9 @@ def below_bound_notes(rows: pd.DataFrame, what: str, why: str) -> list[str]:
             f"flagged '{BELOW_BOUND}': {why}"]
 
 
+FLAGS_COLUMN = Column(key="flags", label="flags", role="text",
+                      help=f"'{BELOW_BOUND}': the time is under its bound (headroom < 1): the "
+                           f"data contradict the bound, check them")
 # the columns explain() adds, described once for every view: the verdict first (what a
 # person scans for), then the figures behind it
 WHY_FIRST = [
@@ -277,9 +280,7 @@ WHY_FIRST = [
     Column(key="headroom", label="headroom", role="ratio", unit="x",
            help="time / bound: how far from the limit"),
     Column(key="limiter", label="limiter", role="text"),
-    Column(key="flags", label="flags", role="text",
-           help=f"'{BELOW_BOUND}': the time is under its bound (headroom < 1): the data "
-                f"contradict the bound, check them"),
+    FLAGS_COLUMN,
     Column(key="bound_time_s", label="bound", role="bound", unit="s",
            help="the largest of the bound times"),
 ]

@@ -176,12 +176,14 @@ function breakdown() {
 function roofline() {
   const svg = document.getElementById("roofline"), P = D.peaks;
   const pts = D.rows.filter(r => r.flops > 0 && r.bytes > 0 && r.time_s > 0 && r.achieved_flops_s > 0);
-  if (!pts.length || !P.flops || !P.bytes) return empty(svg, "no op with FLOPs, bytes and a device peak");
+  if (!pts.length) return empty(svg, "no op with FLOPs, bytes and a time");
+  if (!P.flops) return empty(svg, "no device peak to draw a roof under");
+  const memRoof = P.bytes > 0;  // none: no row shows the bandwidth (peaks from the data)
+  const ridge = memRoof ? [P.flops / P.bytes] : [];
   const W = 560, H = 380, L = 70, R = 16, T = 14, B = 40; frame(svg, W, H);
   const ai = pts.map(r => r.flops / r.bytes), perf = pts.map(r => r.achieved_flops_s);
-  const ridge = P.flops / P.bytes;
-  const xlo = Math.min(...ai, ridge) / 3, xhi = Math.max(...ai, ridge) * 3;
-  const ylo = Math.min(...perf, P.bytes * xlo) / 3, yhi = P.flops * 2;
+  const xlo = Math.min(...ai, ...ridge) / 3, xhi = Math.max(...ai, ...ridge) * 3;
+  const ylo = Math.min(...perf, ...(memRoof ? [P.bytes * xlo] : [])) / 3, yhi = P.flops * 2;
   const sx = logScale(xlo, xhi, L, W - R), sy = logScale(ylo, yhi, H - B, T);
   el("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis"}, svg);
   el("line", {x1: L, x2: L, y1: T, y2: H - B, class: "axis"}, svg);
@@ -189,9 +191,10 @@ function roofline() {
   logAxis(svg, ylo, yhi, sy, false, L, "");
   el("text", {x: (L + W) / 2, y: H - 4, "text-anchor": "middle"}, svg, "arithmetic intensity (FLOP/byte)");
   el("text", {x: 12, y: T + 8}, svg, "FLOP/s");
-  const roof = [xlo, ridge, xhi].map(x => `${sx(x)},${sy(Math.min(P.flops, P.bytes * x))}`).join(" ");
+  const roof = [xlo, ...ridge, xhi].map(x => `${sx(x)},${sy(memRoof ? Math.min(P.flops, P.bytes * x) : P.flops)}`).join(" ");
   el("polyline", {points: roof, fill: "none", stroke: "#1d2330", "stroke-width": 2,
-    "data-tip": `peak ${si(P.flops, "FLOP/s")}, ${si(P.bytes, "B/s")}`}, svg);
+    "data-tip": memRoof ? `peak ${si(P.flops, "FLOP/s")}, ${si(P.bytes, "B/s")}`
+      : `peak ${si(P.flops, "FLOP/s")}; no memory roof (no op shows the bandwidth)`}, svg);
   const maxT = Math.max(...pts.map(r => r.time_s));
   pts.forEach((r, i) => {
     const c = el("circle", {cx: sx(ai[i]), cy: sy(perf[i]), r: 3 + 7 * Math.sqrt(r.time_s / maxT),

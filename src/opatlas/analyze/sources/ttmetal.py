@@ -11,7 +11,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import OVERHEAD_HEADROOM
+from opatlas.analyze.why import FLAGS_COLUMN, OVERHEAD_HEADROOM, flags_of
 from opatlas.errors import OpatlasError
 
 KIND = "ttmetal"
@@ -41,6 +41,9 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     rows = [_row(tpr, rep, op, dev) for dev, ops in rep.per_device.items() for op in ops
             if not tpr.is_signpost_op(op)]
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=_EMPTY)
+    if len(frame):  # under our bound: flagged as every source's (api says them once)
+        frame["flags"] = flags_of(frame.assign(headroom=pd.to_numeric(frame["headroom"],
+                                                                      errors="coerce")))
     invalid = invalid_duration_note(path, frame)
     if invalid and options.strict:
         raise OpatlasError(f"{invalid}; --strict refuses a profile with rows it cannot time")
@@ -315,6 +318,7 @@ def _columns() -> list[Column]:
             Column(key="bound_time_s", label="bound time", role="bound", unit="s",
                    help="opatlas bound, in seconds"),
             Column(key="limiter", label="limiter"),
+            FLAGS_COLUMN,
             Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
             Column(key="bytes", label="DRAM bytes", role="count", unit="B"),
             Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
