@@ -28,7 +28,7 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
     if path.is_dir() or (path.is_file() and path.suffix.lower() == ".csv"):
         files = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
         if path.is_file() and parse_sample_name(path) is None:
-            raise OpatlasError(f"--data {path}: a CSV of op samples is an estimate-train-time "
+            raise OpatlasError(f"op data {path}: a CSV of op samples is an estimate-train-time "
                                f"sample file named {{GPU}}_{{op}}_{{precision}}.csv (e.g. "
                                f"MyGPU_linear1_fp16.csv)")
         df = _sample_rows(files)
@@ -43,7 +43,8 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
                            "y_us": res["median_ns"] / 1000.0, "flops": res["flops"],
                            "min_bytes": res["min_bytes"]})
     else:
-        raise OpatlasError(f"--data {source}: no such store file or folder")
+        raise OpatlasError(f"op data {source} (--data, or a config's ops.data): no such store "
+                          f"file or folder")
     df = df[~df["op"].str.startswith(("nccl.", "collective."))].reset_index(drop=True)
     return df
 
