@@ -288,3 +288,26 @@ def test_predict_leaves_out_a_thin_pass_and_predicts_the_other(tmp_path, capsys)
     assert code == 0, err
     assert set(json.loads(out)["us"]) == {"fwd"}
     assert "op 'linear1' bwd" in err and "holds 5 fp16 row(s)" in err and "left out" in err
+
+
+def test_fit_op_alias_finds_the_rows_filed_under_its_op(tmp_path, capsys):
+    """A CPU store files linear rows as 'linear' with a role; fit --op linear1 (a linear of
+    role qkv) evaluates those rows, as results --op linear1 shows them, and no others."""
+    rows = []
+    for i, (role, b, l, d) in enumerate((r, b, l, d) for r in ("qkv", "ffn_up", None)
+                                        for b in (1, 2) for l in (128, 256, 512, 1024)
+                                        for d in (256, 512)):
+        params = {"b": b, "l": l, "dim": d, "dtype": "fp16", **({"role": role} if role else {})}
+        us = b * l * d * d * 6e-9 * (4 if role == "ffn_up" else 3) + 5
+        rows.append(ResultRow(f"v{i}", "linear", json.dumps(params), "fwd", "cpu", "cpu",
+                              "fp16", "ok", repeats=3, median_ns=us * 1e3, flops=1.0,
+                              min_bytes=1.0))
+    store = tmp_path / "s.duckdb"
+    with Store(store) as st:
+        st.add_results(rows)
+    code, out, err = cli_in_process(capsys, "fit", "--data", str(store), "--op", "linear1",
+                                    "--no-baseline", "--json")
+    assert code == 0, err
+    assert "--op linear1: the data files it as 'linear' (its 32 rows with role=qkv)" in err
+    [ev] = json.loads(out)
+    assert ev["op"] == "linear1" and ev["n_test"] + ev["n_train"] == 32  # qkv and unset roles

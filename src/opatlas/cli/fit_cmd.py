@@ -56,7 +56,7 @@ def fit(
     from rich.table import Table
 
     from opatlas.console import make_console, print_wide
-    from opatlas.fit.data import load_op_data
+    from opatlas.fit.data import alias_rows, load_op_data
 
     _check_fit_request(recipe, split)
     _check_fit_out(out, recipe)
@@ -68,6 +68,10 @@ def fit(
 
     frame = load_op_data(data)
     ops = [ETT_NAMES.get(o, o) for o in op] if op else None  # catalog names as predict takes
+    if ops:
+        frame, said = alias_rows(frame, ops)
+        for note in said:
+            typer.echo(f"opatlas: note: {note}", err=True)
     # never empty: evaluate_all refuses a request that leaves nothing, saying why
     evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
     rows = [e.as_json() for e in evs]
