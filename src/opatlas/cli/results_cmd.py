@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,7 +14,6 @@ from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
-    from opatlas.ops.base import Op
     from opatlas.store import Store
     from opatlas.store.db import ParamFilter
 
@@ -94,32 +93,17 @@ def _as_stored(op: str | None, stored: list[str]) -> tuple[str | None, ParamFilt
     those values. Said when they differ."""
     if op is None or op in stored:
         return op, None
-    from opatlas.ops.registry import get_op
+    from opatlas.ops.registry import filed_as, get_op
     from opatlas.store.db import ParamFilter
 
-    def catalog(name: str) -> tuple[Op, dict[str, Any]] | None:
-        try:
-            return get_op(name)
-        except OpatlasError:
-            return None
-
-    if (wanted := catalog(op)) is None:
-        return op, None
-    target, fixed = wanted
-    same = []
-    for name in stored:
-        if (found := catalog(name)) is None or found[0] is not target:
-            continue
-        if any(k in found[1] and found[1][k] != v for k, v in fixed.items()):
-            continue  # linear3 (ffn_up) is not linear1 (qkv)
-        same.append((name, {k: v for k, v in fixed.items() if k not in found[1]}))
+    same = filed_as(op, stored)
     if len(same) != 1:  # none, or several (linear1..4 are all linear): the names say more
         return op, None
     name, values = same[0]
     rows = f" (its rows with {', '.join(f'{k}={v}' for k, v in values.items())})" \
         if values else ""
     typer.echo(f"note: --op {op}: the store files it as {name!r}{rows}", err=True)
-    return name, ParamFilter(values, target.defaults) if values else None
+    return name, ParamFilter(values, get_op(op)[0].defaults) if values else None
 
 
 BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}

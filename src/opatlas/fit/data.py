@@ -149,32 +149,22 @@ def alias_rows(frame: pd.DataFrame, names: list[str]) -> tuple[pd.DataFrame, lis
     (``linear1``) but files under the op the alias fixes (``linear`` rows of role qkv; a row
     leaving the parameter out has the op's default), copied under the alias's name; and a
     note for each, as ``opatlas results --op`` finds them."""
-    from opatlas.ops.registry import get_op
-
-    def catalog(name: str) -> tuple[object, dict] | None:
-        try:
-            return get_op(name)
-        except OpatlasError:
-            return None
+    from opatlas.ops.registry import filed_as, get_op
 
     have, extra, notes = set(frame["op"].unique()), [], []
     for name in names:
-        wanted = None if name in have else catalog(name)
-        if wanted is None or not wanted[1]:
+        if name in have:
             continue
-        target, fixed = wanted
-        for stored in sorted(have):
-            found = catalog(stored)
-            if found is None or found[0] is not target or \
-                    any(k in found[1] and found[1][k] != v for k, v in fixed.items()):
+        for stored, values in filed_as(name, sorted(have)):
+            if not values:  # a name of the same op (an ETT name): the caller maps those
                 continue
+            default = {k: get_op(name)[0].defaults.get(k) for k in values}
             rows = frame[frame["op"] == stored]
-            default = {k: target.defaults.get(k) for k in fixed}
-            keep = np.array([all(p.get(k, default[k]) == v for k, v in fixed.items())
+            keep = np.array([all(p.get(k, default[k]) == v for k, v in values.items())
                              for p in map(json.loads, rows["params_json"])], dtype=bool)
             if keep.any():
                 extra.append(rows[keep].assign(op=name))
                 notes.append(f"--op {name}: the data files it as {stored!r} (its "
                              f"{int(keep.sum())} rows with "
-                             f"{', '.join(f'{k}={v}' for k, v in fixed.items())})")
+                             f"{', '.join(f'{k}={v}' for k, v in values.items())})")
     return (pd.concat([frame, *extra], ignore_index=True) if extra else frame), notes

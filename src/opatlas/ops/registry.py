@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
@@ -85,6 +85,27 @@ def get_op(name: str) -> tuple[Op, dict[str, Any]]:
         if attempt == 0:
             _load_entry_points()
     raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
+
+
+def filed_as(name: str, stored: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Where data lacking ``name`` files its rows: each of the ``stored`` names that is the
+    same catalog op (``linear`` for ``linear1``; ``flash_atten`` for ``flash_attention``) and
+    fixes nothing ``name`` contradicts (``linear3``, role ffn_up, is not ``linear1``), with
+    the parameter values its rows must have (those ``name`` fixes and it does not; a row
+    leaving one out has the op's default). Empty for a name outside the catalog."""
+    try:
+        target, fixed = get_op(name)
+    except OpatlasError:
+        return []
+    out = []
+    for other in stored:
+        try:
+            op, pre = get_op(other)
+        except OpatlasError:
+            continue
+        if op is target and not any(k in pre and pre[k] != v for k, v in fixed.items()):
+            out.append((other, {k: v for k, v in fixed.items() if k not in pre}))
+    return out
 
 
 def list_ops(include_aliases: bool = False) -> list[str]:

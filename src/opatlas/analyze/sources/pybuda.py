@@ -12,7 +12,7 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import OVERHEAD_HEADROOM
+from opatlas.analyze.why import BELOW_BOUND, OVERHEAD_HEADROOM
 from opatlas.errors import OpatlasError
 
 KIND = "pybuda"
@@ -169,7 +169,6 @@ def _measured_row(rec: dict[str, Any], clock: float, n_in: int, traffic: Any
     return _rates(row, "measured")
 
 
-BELOW_BOUND = "below bound"  # the flag of a row whose time is under its bound
 
 
 def _rates(row: dict[str, Any], what: str) -> dict[str, Any]:
