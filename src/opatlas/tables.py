@@ -19,8 +19,10 @@ def _suffix(path: Path) -> str:
 
 def check_table_path(path: str | Path, option: str = "--out") -> Path:
     """``path`` if a table can be written there: a file name ending in .csv, .csv.gz or
-    .parquet, not a folder."""
+    .parquet, not a folder; or ``-``, standard output (as CSV)."""
     path = Path(path)
+    if str(path) == "-":
+        return path
     if path.is_dir():
         raise OpatlasError(f"{option} {path}: is a folder; give a file name such as "
                            f"{path / 'table.csv'}")
@@ -31,10 +33,13 @@ def check_table_path(path: str | Path, option: str = "--out") -> Path:
 
 
 def write_table(frame: Any, path: str | Path, option: str = "--out") -> Path:
-    """``frame`` (a pandas DataFrame) written whole to ``path``; errors name the option."""
+    """``frame`` (a pandas DataFrame) written whole to ``path`` (``-``: as CSV to standard
+    output); errors name the option."""
     from opatlas.atomic import write_output
 
     path = check_table_path(path, option)
+    if str(path) == "-":
+        return write_output(path, lambda tmp: frame.to_csv(tmp, index=False), option)
     if _suffix(path) == ".parquet":
         return write_output(path, lambda tmp: frame.to_parquet(tmp, index=False), option)
     compression = "gzip" if _suffix(path) == ".csv.gz" else None

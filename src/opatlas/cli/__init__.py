@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -87,7 +88,29 @@ def _command() -> typer.core.TyperGroup:
             unlabel_flags(sub)
 
     unlabel_flags(cmd)
+    cmd.invoke = _quiet_on_closed_pipe(cmd.invoke)  # type: ignore[method-assign]
     return cmd
+
+
+def _quiet_on_closed_pipe(invoke: Any) -> Any:
+    """``invoke`` ending with exit 0 when the reader of standard output goes away (``opatlas
+    sweep list | head -1``). Click catches EPIPE inside its ``main`` and exits 1, so what
+    ``typer.echo`` writes must be caught before it gets there; rich's tables already are
+    (``console.make_console``)."""
+    import errno
+
+    def invoke_quietly(ctx: Any) -> Any:
+        try:
+            return invoke(ctx)
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            from opatlas.console import stdout_gone
+
+            stdout_gone()
+            raise SystemExit(0) from None
+
+    return invoke_quietly
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,13 +20,6 @@ app = typer.Typer(help="Orojenesis data-movement bounds: minimum backing-store t
                        "every on-chip buffer size.", no_args_is_help=True)
 
 
-def _table_path(param: typer.CallbackParam, value: Path | None) -> Path | None:
-    """``--csv``: a table file (checked as every ``--csv`` is), or ``-`` for standard output."""
-    if value is not None and str(value) == "-":
-        return value
-    return checked_table(param, value)
-
-
 def _artifact_csv_path(value: Path | None) -> Path | None:
     """``--artifact-csv``: the artifact's header-less CSV, so a .csv or .csv.gz name (or ``-``
     for standard output); Parquet needs the tidy table's column names (``--csv``)."""
@@ -53,7 +46,7 @@ def _check_parent(path: Path) -> None:
 
 
 JsonOpt = typer.Option(False, "--json", help="Print the frontier as JSON.")
-CsvOpt = typer.Option(None, "--csv", callback=_table_path,
+CsvOpt = typer.Option(None, "--csv", callback=checked_table,
                       help="Write the tidy frontier (.csv, .csv.gz or .parquet; - for "
                            "standard output).")
 ArtCsvOpt = typer.Option(None, "--artifact-csv", callback=_artifact_csv_path,
@@ -81,11 +74,6 @@ ImperfectOpt = typer.Option(False, "--imperfect",
 
 def _write_table(frame: Any, path: Path) -> None:
     """``--csv``: the table to its file, or as CSV to standard output for ``-``."""
-    if str(path) == "-":
-        from opatlas.atomic import write_output
-
-        write_output(path, lambda tmp: frame.to_csv(tmp, index=False), "--csv")
-        return
     from opatlas.tables import write_table
 
     write_table(frame, path, "--csv")
@@ -524,7 +512,7 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
                   40, "--search-rounds", min=0,
                   help="Rounds of local search from each size's best mappings (0: none)."),
               plot: Path | None = PlotOpt, csv: Path | None = typer.Option(
-                  None, "--csv", callback=_table_path,
+                  None, "--csv", callback=checked_table,
                   help="Write every mapping (.csv, .csv.gz or .parquet; - for standard "
                        "output)."),
               as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from opatlas.cli.common import checked_table
+from opatlas.cli.common import checked_table, one_to_stdout
 
 
 def calibrate(
@@ -22,7 +22,8 @@ def calibrate(
                                                        "parameters and the residuals by gather "
                                                        "degree and strategy pair."),
     report_csv: Path | None = typer.Option(None, "--report-csv", callback=checked_table,
-                                           help="Per-group comparison CSV (test groups)."),
+                                           help="Per-group comparison CSV (test groups); "
+                                                "- for standard output."),
     groups: int = typer.Option(1500, "--groups", min=10, help="Groups sampled for the fit."),
 ) -> None:
     """Fit the simulator's NoC port and link bandwidths, read and request costs, launch time
@@ -37,6 +38,8 @@ def calibrate(
     from opatlas.tenstorrent.calibrate import calibrate as run
     from opatlas.tenstorrent.calibrate import format_report, summarise
 
+    csv_to_stdout = report_csv is not None and str(report_csv) == "-"
+    one_to_stdout({"--report-csv -": csv_to_stdout, "--report": report})
     cal = run(models, split=split, max_groups=groups)
     cal.params.save(out)
     if report_csv is not None:
@@ -49,7 +52,7 @@ def calibrate(
     s = summarise(cal.test)
     typer.echo(f"{cal.split.description}: {s['groups']} test groups, sim/hw ns per tile median "
                f"factor {s['median_factor']:.3f}, worst gather degree "
-               f"{s['worst_degree_factor']:.2f}x -> {out}")
+               f"{s['worst_degree_factor']:.2f}x -> {out}", err=csv_to_stdout)
 
 
 def _grid(option: str, text: str, rows_first: bool) -> tuple[int, int]:
