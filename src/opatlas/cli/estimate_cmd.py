@@ -59,14 +59,13 @@ def estimate(
         opatlas estimate --megatron-args @examples/megatron/gpt3-175b.args --gpus 1024
     """
     from opatlas.estimate import estimate_step, search
-    from opatlas.estimate.inputs import with_flags
 
-    cfg, input_steps, notes = er.load(config, megatron_args, gpus, gpus_per_node, sets,
-                                      do_search, strict)
+    inputs = er.load(config, megatron_args, gpus, gpus_per_node, sets, do_search, strict,
+                     analytical)
+    cfg, input_steps, notes = inputs.config, inputs.steps, inputs.notes
     if top is not None and not do_search:
         typer.echo("note: --top ranks the layouts of --search; ignored without it", err=True)
     top = 10 if top is None else top
-    cfg = with_flags(cfg, strict, analytical)
     if strict and cfg.ops.mode == "analytical":
         typer.echo("note: --strict: ops.mode is analytical, so every op is timed by the roofline "
                    "by choice and nothing can fall back (ops.mode: data to use measurements)",
@@ -74,10 +73,11 @@ def estimate(
     if do_search:
         if gpus is None:
             raise OpatlasError("--search needs --gpus N")
-        fixed = er.pinned_by_set(cfg, sets)
+        fixed = er.pinned_by_set(inputs.pinned)
         if er.wants_run(tokens, steps, input_steps, gpu_hour_price):
             ranked, n, oom = er.search_runs(cfg, gpus, top, tokens, steps, gpu_hour_price,
                                             input_steps, fixed)
+            er.fallback_assumptions(cfg, [e for e, _ in ranked], notes)
             er.print_search_runs(ranked, n, oom, as_json, notes)
             if plot is not None and ranked:
                 from opatlas.estimate.plot import plot_breakdown
@@ -86,6 +86,7 @@ def estimate(
                                f"{cfg.model.name}: fastest runs on {gpus} GPUs")
             return
         best, n, oom = search(cfg, gpus, top, fixed)
+        er.fallback_assumptions(cfg, best, notes)
         if as_json:
             typer.echo(json.dumps({"evaluated": n, "oom": oom, "assumptions": notes,
                                    "top": [e.as_json() for e in best]}))
@@ -97,6 +98,7 @@ def estimate(
             plot_breakdown(best, plot, f"{cfg.model.name}: best layouts of {gpus} GPUs")
         return
     est = estimate_step(cfg)
+    er.fallback_assumptions(cfg, [est], notes)
     _check_fits(est, strict, as_json)
     run = er.run_of(est, tokens, steps, gpu_hour_price, input_steps) \
         if er.wants_run(tokens, steps, input_steps, gpu_hour_price) else None

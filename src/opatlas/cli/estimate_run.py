@@ -25,20 +25,36 @@ PriceOpt = typer.Option(None, "--gpu-hour-price", min=0.0,
 
 def load(config: str | None, megatron_args: str | None, gpus: int | None,
          gpus_per_node: int | None, sets: list[str] | None, search: bool,
-         strict: bool = False) -> tuple[Any, int | None, list[str]]:
-    """(the config, the run length the input asks for, the notes); notes also go to stderr.
+         strict: bool = False, analytical: bool = False) -> Any:
+    """The inputs (config, the run length the input asks for, notes, the keys a search
+    holds), with ``--strict`` and ``--analytical`` applied; notes also go to stderr.
     ``strict``: Megatron flags that are not modelled are errors."""
-    from opatlas.estimate.inputs import load_inputs
+    from opatlas.estimate.inputs import load_inputs, with_flags
 
     notes: list[str] = []
     try:
         inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
                              gpus_per_node=gpus_per_node, sets=sets or (), search=search,
                              strict=strict, notes=notes)
+        inputs.config = with_flags(inputs.config, strict, analytical, notes)
     finally:  # what was assumed before an error explains it
-        for note in notes:
-            typer.echo(f"note: {note}", err=True)
-    return inputs.config, inputs.steps, notes
+        say(notes)
+    return inputs
+
+
+def say(notes: list[str]) -> None:
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+
+
+def fallback_assumptions(cfg: Any, estimates: list, notes: list[str]) -> None:
+    """What the roofline or the alpha-beta model that measured data fell back to assumed
+    (default efficiencies or links): said on stderr and added to ``notes``."""
+    from opatlas.estimate.inputs import fallback_assumptions as assumed
+
+    new = [n for n in assumed(cfg, [n for e in estimates for n in e.notes]) if n not in notes]
+    say(new)
+    notes.extend(new)
 
 
 def wants_run(tokens: str | None, steps: int | None, input_steps: int | None,
@@ -158,12 +174,8 @@ def same_as(e: Any) -> str:
     return "; ".join(layout_label(c).replace("\n", " ") for c in e.equivalent) or "-"
 
 
-def pinned_by_set(cfg: Any, sets: list[str] | None) -> dict[str, object]:
+def pinned_by_set(fixed: dict[str, object]) -> dict[str, object]:
     """The layout keys ``--set`` gives, which ``--search`` then keeps; said on stderr."""
-    from opatlas.estimate.overrides import override_keys
-    from opatlas.estimate.search import pinned
-
-    fixed = pinned(cfg, override_keys(sets or []))
     if fixed:
         typer.echo("note: --search keeps " + ", ".join(f"{k} = {v}" for k, v in fixed.items())
                    + " (from --set)", err=True)

@@ -229,6 +229,11 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
         notes = [*notes, _unchecked_memory(base, device.name)]
     ests = [_assemble(c, devs[i], device, comm, terms[i], opt[i], accum[i], notes, limit)
             for i, c in enumerate(cfgs)]
+    for e in ests:
+        if (split := _uneven_split(e.config, e.stages)) is not None:
+            if len(cfgs) == 1:  # a search's candidates carry it in their notes only
+                _said(split)
+            e.notes.append(split)
     if (comm_note := take_fallback_note(comm)) is not None:
         _said_or_refused(base, comm_note)
         for e in ests:
@@ -245,6 +250,25 @@ def _said_or_refused(c: TrainConfig, msg: str) -> None:
     if c.ops.strict:
         raise OpatlasError(f"{msg} (ops.strict: refused)")
     warnings.warn(msg, UserWarning, stacklevel=3)
+
+
+def _said(msg: str) -> None:
+    """A note on stderr that no option refuses: a fact of the layout, not a fallback."""
+    import warnings
+
+    warnings.warn(msg, UserWarning, stacklevel=3)
+
+
+def _uneven_split(c: TrainConfig, per_device: list[int]) -> str | None:
+    """The note for layers that do not split evenly over the pipeline stages, or None. Each
+    micro-batch waits for the stage with the most layers, so the others idle for the
+    difference. Not an error: the engine models the split (``--megatron-args`` refuses one,
+    as Megatron-LM does without its uneven-stage flags)."""
+    if len(set(per_device)) <= 1:
+        return None
+    return (f"model.layers {c.model.layers} do not split evenly over parallel.pp "
+            f"{c.parallel.pp} pipeline stages: layers per stage {per_device}; the slowest "
+            f"stage ({max(per_device)} layers) sets the pace, the others wait for it")
 
 
 def _memory_limit_gib(c: TrainConfig, device: Any) -> float:
@@ -310,6 +334,10 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
     per_node = max(1, min(ranks, gpn // stride))
     if isinstance(comm, Measured):
         nodes = max(1, ranks // per_node)
+        if op == "reduce_scatter" and (op, nodes, per_node) not in comm.curves:
+            # NCCL's ring all-reduce is a reduce-scatter then an all-gather, each half its
+            # traffic and steps: half the measured all-reduce, rather than no measurement
+            return 0.5 * _coll(comm, "all_reduce", nbytes, ranks, stride, gpn)
         return float(comm.time_topology(op, np.array([nbytes]), nodes, per_node, within)[0])
     return float(comm.time(op, np.array([nbytes]), ranks, within, per_node)[0])
 
@@ -335,16 +363,24 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig], devs: list[tuple[float, l
             for c, s, n, r in zip(cfgs, adam, shapes["n_params"], buffers, strict=True)]
 
 
+def _layer_params_on_device(c: TrainConfig) -> tuple[float, float]:
+    """(all, experts') parameters of one layer on a device: one TP shard of the weights (the
+    norms replicated), 1/ep of the experts."""
+    m, p = c.model, c.parallel
+    norms, experts = pm.layer_norm_params(m), pm.expert_params(m)
+    dense = (pm.layer_params(m) - norms - experts) / p.tp + norms
+    expert = experts / (p.tp * p.ep)
+    return dense + expert, expert
+
+
 def _params_per_device(c: TrainConfig) -> tuple[list[float], list[int], float]:
     """Parameters on each pipeline device (one TP shard; 1/ep of the experts), layers per
     device, and one layer's expert parameters on a device."""
     m, p = c.model, c.parallel
     chunks = partition_layers(m.layers, p.pp * p.virtual_stages)
     per_device = [sum(chunks[d::p.pp]) for d in range(p.pp)]
-    norms, experts = pm.layer_norm_params(m), pm.expert_params(m)
-    dense = (pm.layer_params(m) - norms - experts) / p.tp + norms
-    expert = experts / (p.tp * p.ep)
-    dev = [n * (dense + expert) for n in per_device]
+    layer, expert = _layer_params_on_device(c)
+    dev = [n * layer for n in per_device]
     dev[0] += pm.embedding_params(m) / p.tp
     dev[-1] += pm.head_params(m) / p.tp
     return dev, per_device, expert
@@ -385,9 +421,13 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride:
              nmb: int) -> tuple[float, float, int]:
     """(gradient reduction, parameter gathering, buckets) of ``params`` parameters over a
     data-parallel group of ``ranks`` spaced ``stride`` apart, per ZeRO stage. Gradients travel
-    at their own width (fp32 where they are accumulated so), parameters at 16 bits. ZeRO-2 and
-    3 keep only their shard of the gradients, so each micro-batch's are reduce-scattered as
-    its backward makes them; ZeRO-3 also gathers the weights for every forward and backward."""
+    at their own width (fp32 where they are accumulated so), parameters at 16 bits. ZeRO-1
+    (Megatron-LM's distributed optimizer) reduce-scatters the accumulated gradients once a
+    step and all-gathers the updated parameters: an all-reduce's bytes split in its two halves
+    (Rajbhandari et al. 2020, section 7: stages 1 and 2 move 2Ψ, as plain data parallelism).
+    ZeRO-2 and 3 keep only their shard of the gradients, so each micro-batch's are
+    reduce-scattered as its backward makes them; ZeRO-3 also gathers the weights for every
+    forward and backward."""
     p, gpn = c.parallel, c.cluster.gpus_per_node
     grads, weights = c.training.grad_bytes * params, 2.0 * params
     buckets = max(1, math.ceil(grads / (p.bucket_mb * 2**20)))
@@ -397,10 +437,9 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride:
 
     if p.zero == 0:
         return coll("all_reduce", grads), 0.0, buckets
-    if p.zero == 1:
-        return coll("all_reduce", grads), coll("all_gather", weights), buckets
-    if p.zero == 2:
-        return nmb * coll("reduce_scatter", grads), coll("all_gather", weights), buckets
+    if p.zero <= 2:
+        reductions = nmb if p.zero == 2 else 1
+        return reductions * coll("reduce_scatter", grads), coll("all_gather", weights), buckets
     return (nmb * coll("reduce_scatter", grads), 2 * nmb * coll("all_gather", weights),
             buckets)
 
@@ -513,8 +552,10 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
     (the same group when ep = 1). With overlap, a gradient reduction hides behind the backward
     that makes it (``backward_window``: one micro-batch's; ZeRO-2/3 reduce after every
     micro-batch) but for its last bucket, and ZeRO-3's parameter gathers behind the step's
-    compute (``compute_window``). Each row's time is what stays exposed; ``overlapped_s`` in
-    its shape is what the overlap hid, so hidden traffic is still listed."""
+    compute (``compute_window``) but for the first bucket of each forward and backward of a
+    micro-batch, which the layers wait for before any compute can start. Each row's time is
+    what stays exposed; ``overlapped_s`` in its shape is what the overlap hid, so hidden
+    traffic is still listed."""
     p = c.parallel
     groups = {(p.dp, p.tp): params_dev - experts_dev}
     key = (p.dp // p.ep, p.tp * p.ep)
@@ -526,8 +567,8 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
     if p.dp_overlap and p.dp > 1:
         grad_shown = max(grad_comm - reductions * backward_window,
                          grad_comm / buckets)  # the last bucket of each reduction
-        if p.zero == 3:
-            param_shown = max(0.0, param_comm - compute_window)
+        if p.zero == 3:  # param_comm: 2·nmb passes of ``buckets`` gathers each
+            param_shown = max(param_comm - compute_window, param_comm / buckets)
         # both share the data-parallel links: what they carry beyond the step's compute time
         # cannot hide, however well each overlaps on its own
         beyond = grad_comm + param_comm - compute_window - grad_shown - param_shown
@@ -540,7 +581,7 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
     gathers = buckets * (2 * nmb if p.zero == 3 else 1)
     # the shapes' bytes are one whole pass over the gradients (parameters): one call moves a
     # bucket's share of them
-    return (_dp_item("all_reduce" if p.zero <= 1 else "reduce_scatter", buckets * reductions,
+    return (_dp_item("all_reduce" if p.zero == 0 else "reduce_scatter", buckets * reductions,
                      grad_comm, grad_shown, {"bytes": c.training.grad_bytes * params,
                                              "ranks": p.dp, "role": "gradients",
                                              "buckets": buckets})
@@ -560,6 +601,8 @@ def _dp_item(name: str, calls: float, total_s: float, exposed_s: float,
 
 def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: list[int],
             sched: Schedule) -> Memory:
+    """The busiest device's model states, the first device's activations (it holds the most
+    micro-batches in flight) and the logits buffer (``other``) of a single-stage pipeline."""
     m, p = c.model, c.parallel
     g, w = c.training.grad_bytes, c.training.weight_bytes
     dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero, weight_bytes=w,
@@ -572,5 +615,15 @@ def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: l
                                            element_bytes=w)
     acts = per_device[0] * per_layer * sched.in_flight()
     logits = 4.0 * c.training.micro_batch * m.seq_len * m.vocab / p.tp if p.pp == 1 else 0.0
-    return Memory(states["weights"], states["gradients"], states["optimizer"], acts,
-                  logits + RESERVED_BYTES)
+    weights = states["weights"] + _gathered_weights(c, per_device)
+    # the reserve (RESERVED_BYTES) is not here: the limit the total is checked against is
+    # already the device's memory less it (_memory_limit_gib)
+    return Memory(weights, states["gradients"], states["optimizer"], acts, logits)
+
+
+def _gathered_weights(c: TrainConfig, per_device: list[int]) -> float:
+    """The whole (not dp-sharded) weights ZeRO-3 holds beside its shard: those of the layer
+    computing and of the next one, prefetched (at the training dtype's width)."""
+    if c.parallel.zero < 3:
+        return 0.0
+    return c.training.weight_bytes * min(2, max(per_device)) * _layer_params_on_device(c)[0]

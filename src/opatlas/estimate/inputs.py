@@ -26,6 +26,7 @@ class Inputs:
     config: TrainConfig
     notes: list[str] = field(default_factory=list)
     steps: int | None = None
+    pinned: dict[str, object] = field(default_factory=dict)  # searched keys --set holds
 
 
 def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
@@ -63,18 +64,73 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     if not search and gpus is None and before and after and before != after:
         notes.append(f"--set changes the layout's GPU count from {before} to {after} "
                      f"(dp·tp·pp: --set parallel.dp too to keep the count)")
-    if gpus is not None and (not search or megatron_args is not None):
+    if search:
+        return _for_search(raw, path, sets, gpus, notes, steps)
+    if gpus is not None:
         raw = _spread_gpus(raw, gpus, path, notes, quiet=megatron_args is not None)
     try:
         cfg = validate_config(raw, path, notes)
     except SpecError as exc:
         raise _blame(exc, sets) from None
-    notes.extend(assumed_defaults(raw, search))
-    if gpus is not None and not search and cfg.gpus != gpus:
+    notes.extend(assumed_defaults(raw))
+    if gpus is not None and cfg.gpus != gpus:
         raise OpatlasError(f"--gpus {gpus} disagrees with the config's dp·tp·pp = "
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
                            f" (use --search to choose a layout of {gpus} GPUs)")
     return Inputs(cfg, notes, steps)
+
+
+def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int | None,
+                notes: list[str], steps: int | None) -> Inputs:
+    """The config a search starts from: the input's own layout (the keys the search chooses)
+    dropped, so that it cannot make a value --set holds invalid (a file's virtual_stages 5
+    against --set parallel.schedule=1f1b); the held values, checked one by one, come back
+    in ``pinned`` for the search to keep, and the layouts it builds are validated whole."""
+    from opatlas.estimate.search import SEARCHED
+    from opatlas.estimate.sources import resolve_sources
+
+    held = [k for k in SEARCHED if k in override_keys(sets)]
+    try:  # an assumed batch divides into the GPUs, and into held dp and micro-batch
+        resolved = resolve_sources(_without(raw, SEARCHED, keep=held), path, notes, gpus)
+        cfg = validate_config(_without(resolved, SEARCHED), path, notes)
+        pinned = _held_values(resolved, held, cfg)
+    except SpecError as exc:
+        raise _blame(exc, sets) from None
+    notes.extend(assumed_defaults(raw, search=True))
+    return Inputs(cfg, notes, steps, pinned)
+
+
+def _without(raw: dict[str, Any], keys: Sequence[str], keep: Sequence[str] = ()
+             ) -> dict[str, Any]:
+    """``raw`` without the dotted ``keys`` (but those in ``keep``): they take the defaults."""
+    out = dict(raw)
+    for key in keys:
+        section, name = key.split(".")
+        if key not in keep and isinstance(out.get(section), dict) and name in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != name}
+    return out
+
+
+def _held_values(raw: dict[str, Any], held: Sequence[str], cfg: TrainConfig
+                 ) -> dict[str, object]:
+    """The values --set gives the searched keys ``held``, each validated as its section's
+    field (the rules across keys are the search's to apply to the layouts it builds)."""
+    from pydantic import ValidationError
+
+    from opatlas.estimate.config import ParallelConfig, TrainingConfig
+
+    out: dict[str, object] = {}
+    for key in held:
+        section, name = key.split(".")
+        value = raw[section][name]
+        model, base = (ParallelConfig, {}) if section == "parallel" else \
+            (TrainingConfig, cfg.training.model_dump())
+        try:
+            out[key] = getattr(model.model_validate({**base, name: value}), name)
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise SpecError(msg, file=SET_SOURCE, key=key, value=value) from None
+    return out
 
 
 def _from_megatron(args: str, gpus: int | None, gpus_per_node: int | None, strict: bool,
@@ -132,15 +188,60 @@ def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
     return exc
 
 
-def with_flags(cfg: TrainConfig, strict: bool, analytical: bool) -> TrainConfig:
+def with_flags(cfg: TrainConfig, strict: bool, analytical: bool,
+               notes: list[str] | None = None) -> TrainConfig:
     """``cfg`` as the ``--strict`` and ``--analytical`` flags change it (estimate, analyze):
-    ops.strict; roofline ops with alpha-beta collectives (no NCCL data)."""
+    ops.strict; roofline ops with alpha-beta collectives (no NCCL data). ``notes`` receives
+    what ``--analytical`` assumes that the config's measured data had made moot, as the
+    same config written ``ops: {mode: analytical}`` says it: the default efficiencies, and
+    the links of the device's own system (else the default links)."""
     if strict:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
-    if analytical:
-        cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"mode": "analytical"}),
-                                     "cluster": cfg.cluster.model_copy(update={"nccl_data": None})})
+    if analytical and (cfg.ops.mode != "analytical" or cfg.cluster.nccl_data):
+        cfg = _analytical(cfg, [] if notes is None else notes)
     return cfg
+
+
+def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
+    """Roofline ops and alpha-beta collectives. The fields the input gave
+    (``model_fields_set``) are redone as a raw config without its NCCL data, so that the
+    links and defaults are filled and said by the code a file's path goes through."""
+    from opatlas.estimate.presets import device_links
+
+    given = {k: getattr(cfg.cluster, k) for k in cfg.cluster.model_fields_set
+             if k != "nccl_data"}
+    cluster = device_links(given, notes) if cfg.cluster.nccl_data else given
+    ops = {**{k: getattr(cfg.ops, k) for k in cfg.ops.model_fields_set}, "mode": "analytical"}
+    layout = {k: getattr(cfg, k).model_dump() for k in ("training", "parallel")}
+    notes.extend(n for n in assumed_defaults({**layout, "cluster": cluster, "ops": ops})
+                 if n not in notes)
+    return cfg.model_copy(update={
+        "ops": cfg.ops.model_copy(update={"mode": "analytical"}),
+        "cluster": cfg.cluster.model_copy(update={**cluster, "nccl_data": None})})
+
+
+def fallback_assumptions(cfg: TrainConfig, said: Sequence[str]) -> list[str]:
+    """The defaults that data mode's fallbacks (``said`` in an estimate's notes) used: the
+    efficiencies of the roofline an op without measured data is timed by, the links of the
+    alpha-beta model a collective without samples is timed by."""
+    from opatlas.estimate.presets import LINK_KEYS
+
+    out = []
+    ops = [k for k in ("compute_efficiency", "memory_efficiency")
+           if k not in cfg.ops.model_fields_set]
+    if cfg.ops.mode == "data" and ops and any(n.endswith("roofline used") for n in said):
+        out.append("assumed (the defaults) " + ", ".join(f"ops.{k} = {getattr(cfg.ops, k)}"
+                                                         for k in ops)
+                   + " for the ops without measured data (the roofline); --set ops.KEY=VALUE")
+    # a device with a system of its own had its links filled and said at load (device_links)
+    links = [k for k in LINK_KEYS if k not in cfg.cluster.model_fields_set]
+    if cfg.cluster.nccl_data and links and any("alpha-beta model" in n for n in said):
+        out.append("assumed (the defaults) " + ", ".join(f"cluster.{k} = "
+                                                         f"{getattr(cfg.cluster, k)}"
+                                                         for k in links)
+                   + " for the collectives without measured samples (the alpha-beta "
+                     "model); --set cluster.KEY=VALUE")
+    return out
 
 
 def out_of_memory(est: Any) -> str | None:

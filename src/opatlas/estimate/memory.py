@@ -33,18 +33,22 @@ def activation_bytes_per_layer(m: ModelConfig, micro_batch: int, tp: int, sp: bo
     s·b·h·(10 + 24/t + 5·a·s/(h·t)) without sequence parallelism, s·b·h·(34/t + 5·a·s/(h·t))
     with it; selective recomputation (or flash attention) drops the 5·a·s/h attention term;
     full recomputation keeps only the layer input, 2·s·b·h (/t with SP). Of the 24/t, 8/t are
-    the attention's Q, K, V and context (4 tensors of 2 bytes): they scale with the query
-    heads' width q = heads · head_dim where that differs from h; 16/t are the FFN's
-    (:func:`ffn_activation_bytes`). Query and key norms (``qk_norm``) keep their inputs too:
-    2·(q + k) more, k the key heads' width. fp32 training (``element_bytes`` 4) keeps every
-    tensor at twice the bytes."""
+    the attention's Q, K, V and context (4 tensors of 2 bytes): 4·q + 4·k, Q and the context
+    at the query heads' width q = heads · head_dim, K and V at the key/value heads' width
+    k = kv_heads · head_dim (grouped-query attention; k = q = h for Korthikanti's MHA). The
+    unfused core, when its scores are kept (no recomputation, no flash), keeps K and V
+    repeated to every query head, so at q. 16/t are the FFN's (:func:`ffn_activation_bytes`).
+    Query and key norms (``qk_norm``) keep their inputs too: 2·(q + k) more. fp32 training
+    (``element_bytes`` 4) keeps every tensor at twice the bytes."""
     s, b, h, a, q = m.seq_len, micro_batch, m.hidden, m.heads, m.attn_width
     scale = element_bytes / 2
     if recompute == "full":
         return scale * 2.0 * s * b * h / (tp if sp else 1)
     attn = 0.0 if (recompute == "selective" or flash) else 5.0 * a * s / tp
-    qk = 2.0 * (q + m.kv * m.hd) if m.qk_norm else 0.0
-    sharded = ffn_activation_bytes(m) + 8.0 * q + qk
+    k = m.kv * m.hd
+    qk = 2.0 * (q + k) if m.qk_norm else 0.0
+    kv_kept = q if attn else k  # the unfused core's K and V, repeated to the query heads
+    sharded = ffn_activation_bytes(m) + 4.0 * q + 4.0 * kv_kept + qk
     core = (10.0 * h + sharded) / tp if sp else 10.0 * h + sharded / tp
     return scale * s * b * (core + attn)
 

@@ -89,9 +89,11 @@ def preset_for_device(device: Any) -> tuple[str, Preset] | None:
 
 def device_links(cluster: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
     """``cluster`` naming a device but not its links: the links of that GPU's own system (the
-    A100's DGX A100 ...), said in a note, instead of the defaults (an H100's)."""
+    A100's DGX A100 ...), said in a note, instead of the defaults (an H100's). With measured
+    NCCL data they still matter: they time the collectives the data does not cover, and
+    bound every collective (``opatlas analyze``)."""
     missing = [k for k in LINK_KEYS if k not in cluster]
-    if "device" not in cluster or "preset" in cluster or cluster.get("nccl_data") or not missing:
+    if "device" not in cluster or "preset" in cluster or not missing:
         return cluster
     found = preset_for_device(cluster["device"])
     if found is None:
@@ -101,5 +103,7 @@ def device_links(cluster: dict[str, Any], notes: list[str] | None = None) -> dic
     if notes is not None:
         notes.append(f"cluster links of the {cluster['device']}'s own system ({name} preset): "
                      + ", ".join(f"cluster.{k} = {v}" for k, v in links.items())
+                     + ("; beside the measured NCCL data, for the collectives it does not "
+                        "cover and for bounds" if cluster.get("nccl_data") else "")
                      + "; --set cluster.KEY=VALUE to change")
     return {**cluster, **links}

@@ -3,11 +3,15 @@ recompute, schedule, and expert parallelism for MoE models), estimated in one ve
 batch, ranked by step time; configs that do not fit in memory are dropped. Layouts with the
 same step time and memory (e.g. no and selective recomputation under flash attention, which
 stores no attention scores to recompute) make one row: the first in candidate order, with the
-others listed as its ``equivalent`` layouts."""
+others listed as its ``equivalent`` layouts. A key held fixed (``--set``) is tried at its held
+value alone, whether or not the search would try that value itself (GPipe, 4 chunks, tp 3)."""
 
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,39 +38,75 @@ def pinned(cfg: TrainConfig, keys: set[str]) -> dict[str, object]:
 def candidates(cfg: TrainConfig, gpus: int, fixed: dict[str, object] | None = None
                ) -> list[TrainConfig]:
     """Every valid layout of ``gpus`` GPUs; with ``fixed``, only those that keep those keys'
-    values."""
+    values (each a domain of one value, whether or not the search would try it itself)."""
     fixed = fixed or {}
-    return [c for c in _all_candidates(cfg, gpus)
+    return [c for c in _all_candidates(cfg, gpus, fixed)
             if all(_value(c, k) == v for k, v in fixed.items())]
 
 
-def _all_candidates(cfg: TrainConfig, gpus: int) -> list[TrainConfig]:
+POWERS = tuple(2**i for i in range(12))
+
+
+def _domain(fixed: dict[str, object], key: str, searched: Iterable[Any]) -> list[Any]:
+    """What the search tries for ``key``: exactly the held value, else its own list."""
+    return [fixed[key]] if key in fixed else list(searched)
+
+
+def _tp_pp(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> list[tuple[int, int, int]]:
+    """(dp, tp, pp) of ``gpus`` GPUs: tp within a node and pp at most the layers unless held."""
     m, gpn = cfg.model, cfg.cluster.gpus_per_node
-    powers = [2**i for i in range(12)]
     out = []
-    for tp, pp in itertools.product(powers, powers):
-        if tp > gpn or gpus % (tp * pp) or pp > m.layers or m.heads % tp or m.kv % tp:
+    for tp, pp in itertools.product(_domain(fixed, "parallel.tp", POWERS),
+                                    _domain(fixed, "parallel.pp", POWERS)):
+        if tp < 1 or pp < 1 or gpus % (tp * pp) or m.heads % tp or m.kv % tp or pp > m.layers:
+            continue
+        if "parallel.tp" not in fixed and tp > gpn:
             continue
         dp = gpus // (tp * pp)
-        eps = [e for e in powers if e <= dp and dp % e == 0 and m.experts % e == 0] \
+        if fixed.get("parallel.dp", dp) == dp:
+            out.append((dp, tp, pp))
+    return out
+
+
+def _schedules(cfg: TrainConfig, pp: int, nmb: int, fixed: dict[str, object]
+               ) -> list[tuple[str, int]]:
+    """(schedule, virtual stages) pairs: 1F1B, and interleaved in 2 chunks where pp > 1 and
+    the micro-batches and layers divide; a held schedule or chunk count is tried as given
+    (GPipe only when held: it has 1F1B's bubble and keeps more activations)."""
+    out = []
+    for sched in _domain(fixed, "parallel.schedule", ("1f1b", "interleaved")):
+        default_v = 2 if sched == "interleaved" else 1
+        for v in _domain(fixed, "parallel.virtual_stages", (default_v,)):
+            if sched == "interleaved" and (pp == 1 or nmb % pp or cfg.model.layers < v * pp):
+                continue  # Megatron-LM's interleaved schedule needs pp > 1
+            out.append((sched, v))
+    return out
+
+
+def _all_candidates(cfg: TrainConfig, gpus: int, fixed: dict[str, object] | None = None
+                    ) -> list[TrainConfig]:
+    fixed = fixed or {}
+    m, batch = cfg.model, cfg.training.global_batch
+    out = []
+    for dp, tp, pp in _tp_pp(cfg, gpus, fixed):
+        eps = [e for e in POWERS if e <= dp and dp % e == 0 and m.experts % e == 0] \
             if m.experts else [1]
-        for mb, zero, rec, ep in itertools.product((1, 2, 4, 8), (0, 1, 2, 3),
-                                                   ("none", "selective", "full"), eps):
-            if cfg.training.global_batch % (dp * mb):
+        for mb, zero, rec, ep, sp in itertools.product(
+                _domain(fixed, "training.micro_batch", (1, 2, 4, 8)),
+                _domain(fixed, "parallel.zero", (0, 1, 2, 3)),
+                _domain(fixed, "parallel.recompute", ("none", "selective", "full")),
+                _domain(fixed, "parallel.ep", eps),
+                _domain(fixed, "parallel.sequence_parallel", (tp > 1,))):
+            if batch % (dp * mb):
                 continue
-            nmb = cfg.training.global_batch // (dp * mb)
-            schedules = [("1f1b", 1)]
-            if pp > 1 and m.layers >= 2 * pp and nmb % pp == 0:
-                schedules.append(("interleaved", 2))
-            for sched, v in schedules:
+            for sched, v in _schedules(cfg, pp, batch // (dp * mb), fixed):
                 try:
                     out.append(TrainConfig.model_validate({
                         **cfg.model_dump(exclude={"parallel", "training"}),
                         "training": {**cfg.training.model_dump(), "micro_batch": mb},
                         "parallel": {**cfg.parallel.model_dump(), "dp": dp, "tp": tp, "pp": pp,
-                                     "ep": ep,
-                                     "virtual_stages": v, "schedule": sched, "zero": zero,
-                                     "recompute": rec, "sequence_parallel": tp > 1}}))
+                                     "ep": ep, "virtual_stages": v, "schedule": sched,
+                                     "zero": zero, "recompute": rec, "sequence_parallel": sp}}))
                 except ValidationError:
                     continue
     return out
@@ -78,15 +118,66 @@ def search(cfg: TrainConfig, gpus: int, top: int = 10, fixed: dict[str, object] 
     searched keys held at the given values."""
     cands = candidates(cfg, gpus, fixed)
     if not cands:
-        held = "".join(f", {k} = {v}" for k, v in (fixed or {}).items())
-        raise OpatlasError(f"no valid layout of {gpus} GPUs for this model "
-                           f"({cfg.model.heads} heads, {cfg.model.layers} layers, global batch "
-                           f"{cfg.training.global_batch}{held})")
+        raise OpatlasError(_no_layout(cfg, gpus, fixed or {}))
     ests = estimate_many(cands)
     fits = sorted((e for e in ests if e.fits), key=lambda e: e.step_time_s)
     if not fits:
         raise OpatlasError(_none_fits(ests, gpus))
     return distinct(fits)[:top], len(ests), len(ests) - len(fits)
+
+
+def odd_part(n: int) -> int:
+    """``n`` without its factors of two."""
+    return n // (n & -n)
+
+
+def _no_layout(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> str:
+    """Why no layout is valid, and what would give one."""
+    held = "".join(f", {k} = {v}" for k, v in fixed.items())
+    batch = cfg.training.global_batch
+    return (f"no valid layout of {gpus} GPUs for this model ({cfg.model.heads} heads, "
+            f"{cfg.model.layers} layers, global batch {batch}{held}): "
+            + (_held_conflict(cfg, gpus, fixed) or _remedy(gpus, batch, fixed)))
+
+
+def _held_conflict(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> str | None:
+    """A held dp, tp or pp that no layout of ``gpus`` GPUs of this model can have."""
+    held = {k.removeprefix("parallel."): v for k, v in fixed.items()
+            if k in ("parallel.dp", "parallel.tp", "parallel.pp") and isinstance(v, int)}
+    m = cfg.model
+    if gpus % math.prod(held.values()):
+        return (" · ".join(f"{k} {v}" for k, v in held.items())
+                + f" does not divide {gpus} GPUs (dp·tp·pp = GPUs): change --set or --gpus")
+    tp, pp = held.get("tp", 1), held.get("pp", 1)
+    if m.heads % tp or m.kv % tp:
+        return f"tp {tp} does not divide the {m.heads} heads and {m.kv} kv heads"
+    if pp > m.layers:
+        return f"pp {pp} exceeds the {m.layers} layers"
+    return None
+
+
+def _remedy(gpus: int, batch: int, fixed: dict[str, object]) -> str:
+    """The batch, or the GPU count, that lets dp·micro-batch divide the batch; else the rules
+    the other keys break."""
+    held = {k: v for k, v in fixed.items() if isinstance(v, int) and v > 0}
+    if "parallel.dp" in held:
+        unit = held["parallel.dp"] * held.get("training.micro_batch", 1)
+        whose, other = "dp·micro-batch", f"a held dp·micro-batch that divides {batch}"
+    else:  # tp and pp are powers of two unless held: dp keeps the rest of the GPU count
+        split = math.prod(odd_part(held.get(k, 1)) for k in ("parallel.tp", "parallel.pp"))
+        unit = odd_part(gpus) // math.gcd(odd_part(gpus), split) \
+            * odd_part(held.get("training.micro_batch", 1))
+        whose = (f"the odd factor dp·micro-batch takes on {gpus} GPUs (the searched tp and "
+                 f"pp are powers of two)")
+        low = 2 ** int(math.log2(gpus))
+        other = f"a GPU count whose dp divides {batch} (e.g. --gpus {low} or {2 * low})"
+    if unit > 1 and batch % unit:
+        near = unit * 2 ** max(0, round(math.log2(batch / unit)))
+        return (f"the batch is not a multiple of {unit}, {whose}: --set "
+                f"training.global_batch={near}, or {other}")
+    return ("tp must divide the heads and kv heads (and fit in a node unless held), pp·virtual "
+            "stages the layers, dp·micro-batch the global batch" + (
+                "; hold fewer keys with --set" if fixed else ""))
 
 
 def _none_fits(ests: list[Estimate], gpus: int) -> str:

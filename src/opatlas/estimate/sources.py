@@ -33,7 +33,10 @@ def _hf_path(ref: Any, base: Path) -> Path:
     return found
 
 
-def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None) -> dict[str, Any]:
+def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None,
+               gpus: int | None = None) -> dict[str, Any]:
+    """``data`` with ``model.hf`` read; ``gpus``: the GPU count a search lays out, which an
+    assumed batch is made divisible by (see ``_default_batch``)."""
     model = data.get("model")
     if not isinstance(model, dict) or "hf" not in model:
         return data
@@ -51,7 +54,8 @@ def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None) -> dic
     out = {**data, "model": {"name": hf_model_name(path), **mapped.fields, **explicit}}
     training = data.get("training")
     if training is None or (isinstance(training, dict) and "global_batch" not in training):
-        seqs, why = _default_batch(out["model"]["seq_len"], data.get("parallel"), training)
+        seqs, why = _default_batch(out["model"]["seq_len"], data.get("parallel"), training,
+                                   gpus)
         out["training"] = {**(training or {}), "global_batch": seqs}
         if notes is not None:
             notes.append(f"assumed training.global_batch = {seqs} sequences ({why} nearest 4 Mi "
@@ -59,22 +63,41 @@ def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None) -> dic
     return out
 
 
-def _default_batch(seq_len: int, parallel: Any, training: Any) -> tuple[int, str]:
-    """About 4 Mi tokens of sequences: a power of two, or, when the layout gives dp, the
-    multiple of dp · micro-batch nearest it (so that the batch divides into the layout)."""
+def _default_batch(seq_len: int, parallel: Any, training: Any, gpus: int | None = None
+                   ) -> tuple[int, str]:
+    """About 4 Mi tokens of sequences: when the layout gives dp, the multiple of dp ·
+    micro-batch nearest it (so that the batch divides into the layout); else a power of two,
+    times the odd factor of ``gpus`` when a search lays them out (its tp and pp are powers of
+    two, so dp carries that factor and must divide the batch)."""
     seqs = DEFAULT_BATCH_TOKENS / seq_len
     dp = parallel.get("dp") if isinstance(parallel, dict) else None
     micro = training.get("micro_batch", 1) if isinstance(training, dict) else 1
-    if isinstance(dp, int) and isinstance(micro, int) and dp > 0 and micro > 0:
+    if not (isinstance(micro, int) and micro > 0):
+        micro = 1  # validation says why
+    if isinstance(dp, int) and dp > 0:
         unit = dp * micro
         return unit * max(1, round(seqs / unit)), f"the multiple of dp·micro-batch = {unit}"
-    return 2 ** max(0, round(math.log2(seqs))), "the power of two"
+    if not (isinstance(gpus, int) and gpus > 0):
+        return 2 ** max(0, round(math.log2(seqs))), "the power of two"
+    odd = _odd_part(gpus) * _odd_part(micro)  # dp's and micro-batch's, multiplied
+    power = 2 ** max(0, round(math.log2(seqs / odd)))
+    if odd == 1:
+        return power, "the power of two"
+    of = f"{gpus} GPUs" + (f" times micro-batch {micro}" if _odd_part(micro) > 1 else "")
+    return odd * power, (f"{odd} × {power}: {odd}, the odd factor of {of}, which "
+                         f"dp·micro-batch carries, times the power of two that brings it")
 
 
-def resolve_sources(data: dict[str, Any], base: Path, notes: list[str] | None = None
-                    ) -> dict[str, Any]:
-    """``data`` with ``model.hf`` and ``cluster.preset`` expanded (a new mapping)."""
-    data = resolve_hf(data, base, notes)
+def _odd_part(n: Any) -> int:
+    """``n`` without its factors of two (1 for anything but a positive int)."""
+    return n // (n & -n) if isinstance(n, int) and n > 0 else 1
+
+
+def resolve_sources(data: dict[str, Any], base: Path, notes: list[str] | None = None,
+                    gpus: int | None = None) -> dict[str, Any]:
+    """``data`` with ``model.hf`` and ``cluster.preset`` expanded (a new mapping); ``gpus``:
+    the GPU count a search lays out (an assumed batch divides into it)."""
+    data = resolve_hf(data, base, notes, gpus)
     cluster = data.get("cluster")
     if isinstance(cluster, dict) and "preset" in cluster:
         data = {**data, "cluster": apply_preset(cluster, str(base), notes)}
