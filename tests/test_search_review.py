@@ -216,9 +216,9 @@ def test_a_data_mode_yaml_whose_ops_fall_back_says_the_roofline_efficiencies(tmp
 
 
 def test_measured_collectives_that_fall_back_say_the_links_they_assume():
-    fell_back = ["no measured samples in x for all_reduce on 4×2 (nodes × GPUs per node): the "
-                 "alpha-beta model (...) is used"]
     cfg = load_config("llemma_7b_4_2_2_P")  # A100, NCCL samples, no links given
+    fell_back = [estimate_step(cfg)]
+    fell_back[0].alpha_beta_collectives = True  # as if a collective had no samples
     # the A100's own system's links were filled (and said) at load: no default to say
     assert (cfg.cluster.intra_bw_gbps, cfg.cluster.inter_bw_gbps) == (300.0, 25.0)
     assert fallback_assumptions(cfg, fell_back) == []
@@ -227,4 +227,5 @@ def test_measured_collectives_that_fall_back_say_the_links_they_assume():
         {"device": "MI300X", "nccl_data": cfg.cluster.nccl_data})})
     said = fallback_assumptions(bare, fell_back)
     assert len(said) == 1 and "cluster.intra_bw_gbps = 450.0" in said[0]
-    assert fallback_assumptions(bare, []) == []  # nothing fell back: nothing to say
+    fell_back[0].alpha_beta_collectives = False
+    assert fallback_assumptions(bare, fell_back) == []  # nothing fell back: nothing to say

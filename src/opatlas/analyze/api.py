@@ -68,7 +68,10 @@ def said_below_bound(analysis: Analysis) -> Analysis:
 
 
 def load(path: str | Path) -> Analysis:
-    return Analysis.load(path)
+    """A saved analysis (``--save``), its rows checked as ``--load`` checks them."""
+    from opatlas.analyze.sources.saved import load as load_checked
+
+    return load_checked(path)
 
 
 def write_csv(analysis: Analysis, path: str | Path) -> Path:

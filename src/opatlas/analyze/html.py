@@ -1,12 +1,14 @@
 """The HTML report: ONE self-contained file (inline CSS, JS and SVG drawn from the embedded data;
 no CDN, no server) with summary cards, the per-group summary, the step-time breakdown, a
 sortable and filterable op table, a roofline chart with every op as a point, the pipeline
-timeline (when the analysis has one) and the Orojenesis frontier of the heaviest GEMM."""
+timeline (when the analysis has one) and the Orojenesis frontier of the heaviest GEMM op (of
+the GEMM kernels one call runs)."""
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -21,11 +23,15 @@ from opatlas.analyze.tables import (
     time_breakdown,
     visible_columns,
 )
+from opatlas.analyze.why import GEMM_NAMES, pass_gemms
 
 
 def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
-    """The Orojenesis frontier of the GEMM row with the most time, with where the device's
-    buffer sits on it and the traffic the op's time would allow at peak bandwidth."""
+    """The Orojenesis frontier of the GEMM row with the most time: of the GEMM kernels one
+    call runs, as the table counts them (a backward's two, dA = dC·Bᵀ and dB = Aᵀ·dC, each
+    with the whole buffer in turn: their frontiers summed at every buffer size), with where
+    the device's buffer sits on it (the row's ``orojenesis_bytes`` per call) and the traffic
+    the row's time per call would allow at peak bandwidth."""
     rows = analysis.rows
     if "gemm" not in rows:
         return None
@@ -35,19 +41,62 @@ def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
     r = gemms.loc[gemms["time_s"].idxmax()]
     from opatlas.bounds import bmm, frontier, gemm
 
-    b, m, k, n = (int(x) for x in r["gemm"])
+    g = tuple(int(x) for x in r["gemm"])
+    kernels = pass_gemms((g[0], g[1], g[2], g[3]), str(r["pass"]))
     word = int(analysis.summary.get("word_bytes") or 2)
-    f = frontier(gemm(m, k, n, word) if b == 1 else bmm(b, m, k, n, word))
+    parts = [frontier(gemm(m, k, n, word) if b == 1 else bmm(b, m, k, n, word))
+             for b, m, k, n in kernels]
+    buffer, accesses = summed_frontier(parts)
     onchip = float(analysis.summary.get("onchip_bytes") or 0) / word
     bw = float(analysis.summary.get("peak_bytes_s") or 0)
     per_call = float(r["time_s"]) / max(float(r["calls"]), 1.0)
-    at = f.lookup(onchip) if onchip > 0 else None
-    step = max(1, len(f.buffer) // 400)  # at most ~400 points drawn
-    idx = np.unique(np.r_[np.arange(0, len(f.buffer), step), len(f.buffer) - 1])
-    return {"op": op_label(r["op"], r["pass"]), "dims": {"batch": b, "M": m, "K": k, "N": n},
-            "buffer": f.buffer[idx].tolist(), "accesses": f.accesses[idx].tolist(),
-            "algo_min": f.algo_min, "onchip_words": onchip, "bound_words": at,
+    at = _lookup(buffer, accesses, onchip) if onchip > 0 else None
+    op = op_label(r["op"], r["pass"])
+    names = GEMM_NAMES if len(kernels) > 1 else ("",)
+    kernel_dims = [{"name": name, "dims": _dims(k)} for name, k in zip(names, kernels,
+                                                                         strict=True)]
+    title = (f"{op}: {len(kernels)} GEMM kernels per call, frontiers summed"
+             if len(kernels) > 1 else f"{op}: {_dims_text(_dims(kernels[0]))}")
+    return {"op": op, "title": title, "dims": _dims(g), "gemms": kernel_dims,
+            "parts": [_drawn(p.buffer, p.accesses) for p in parts] if len(parts) > 1 else [],
+            **_drawn(buffer, accesses), "algo_min": sum(p.algo_min for p in parts),
+            "onchip_words": onchip, "bound_words": at,
             "time_words": per_call * bw / word if bw else None}
+
+
+def summed_frontier(parts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The least traffic of kernels run one after the other, each with the whole buffer: the
+    pointwise sum of their frontiers (step functions), from the smallest buffer every one
+    of them attains, keeping only the points that improve on every smaller buffer."""
+    if len(parts) == 1:
+        return np.asarray(parts[0].buffer), np.asarray(parts[0].accesses)
+    start = max(int(p.buffer[0]) for p in parts)
+    buffer = np.unique(np.concatenate([[start], *(p.buffer[p.buffer >= start] for p in parts)]))
+    accesses = sum(p.lookup_many(buffer) for p in parts).astype(np.int64)
+    keep = np.r_[True, accesses[1:] < accesses[:-1]]
+    return buffer[keep], accesses[keep]
+
+
+def _lookup(buffer: np.ndarray, accesses: np.ndarray, words: float) -> int | None:
+    """A frontier's least traffic with ``words`` on chip (None below its first point)."""
+    i = int(np.searchsorted(buffer, words, side="right")) - 1
+    return None if i < 0 else int(accesses[i])
+
+
+def _drawn(buffer: np.ndarray, accesses: np.ndarray) -> dict[str, list[int]]:
+    """A frontier's points to draw: at most ~400, the last one always."""
+    step = max(1, len(buffer) // 400)
+    idx = np.unique(np.r_[np.arange(0, len(buffer), step), len(buffer) - 1])
+    return {"buffer": np.asarray(buffer)[idx].tolist(),
+            "accesses": np.asarray(accesses)[idx].tolist()}
+
+
+def _dims(g: Sequence[int]) -> dict[str, int]:
+    return dict(zip(("batch", "M", "K", "N"), (int(x) for x in g), strict=True))
+
+
+def _dims_text(dims: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in dims.items())
 
 
 def _payload(analysis: Analysis) -> dict[str, Any]:
@@ -83,7 +132,7 @@ def render(analysis: Analysis) -> str:
             f"<h2>Where the time goes</h2><svg id=breakdown class=chart></svg>"
             f"<h2>Pipeline timeline</h2><svg id=timeline class=chart></svg>"
             f"<div class=row><div><h2>Roofline</h2><svg id=roofline class=chart></svg></div>"
-            f"<div><h2>Orojenesis frontier of the heaviest GEMM</h2>"
+            f"<div><h2>Orojenesis frontier of the heaviest GEMM op (per call)</h2>"
             f"<svg id=frontier class=chart></svg></div></div>"
             f"<h2>Ops <input id=filter placeholder='filter: op, pass, limiter ...'>"
             f"<span id=count></span></h2><div class=scroll><table id=ops class=grid></table></div>"

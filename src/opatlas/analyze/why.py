@@ -171,6 +171,15 @@ def backward_gemms(g: Gemm) -> list[Gemm]:
     return [(b, m, n, k), (b, k, m, n)]
 
 
+def pass_gemms(g: Gemm, pass_: str) -> list[Gemm]:
+    """The GEMM kernels one call of a GEMM-like op runs in ``pass_``: its own (fwd,
+    recompute) or its backward's two (bwd: :func:`backward_gemms`)."""
+    return backward_gemms(g) if pass_ == "bwd" else [g]
+
+
+GEMM_NAMES = ("dA = dC·Bᵀ", "dB = Aᵀ·dC")  # backward_gemms' two, of a forward C = A·B
+
+
 def orojenesis_bytes(gemms: Sequence[Sequence[Gemm] | None], peaks: Peaks) -> np.ndarray:
     """Per row: the summed bound of one call's GEMMs (NaN for rows with none)."""
     out = np.full(len(gemms), np.nan)
@@ -245,17 +254,35 @@ def flags_of(r: pd.DataFrame) -> list[str]:
     return out
 
 
+# what may put an estimated row under its bound, by what timed it (a config's ``timed_by``
+# column): the roofline's time is at least its own bound, so only a larger bound (Orojenesis)
+# can be over it
+TIMED_BY_WHY = {
+    "roofline": "the roofline that timed them (ops.mode analytical, or an op the data lacks) "
+                "moves the op catalog's minimum bytes, each tensor once, fewer than the "
+                "Orojenesis traffic of their GEMM kernels at the device's on-chip buffer, "
+                "which cannot hold their tiles whole",
+    "model": "the fitted model that timed them (ops.mode data) may undershoot",
+    "measured": "their measurement (--measured) may have kept its data in the cache between "
+                "repetitions, or its timer is coarser than the kernel",
+}
+ESTIMATED_TAIL = "the step time and MFU include them"  # a config's rows make up its step
+
+
 def below_bound_notes(rows: pd.DataFrame, what: str, why: str) -> list[str]:
     """One note on the rows whose time is under their bound (headroom < 1, flagged
     :data:`BELOW_BOUND`): how many, the (op, pass) pairs worst first with their count, and
     the lowest headroom. ``what``: the rows' times ("measurement(s)"); ``why``: what may
     explain them — not a fault of the bound (the least work at the device's peaks) but of the
-    time or of the counts."""
+    time or of the counts. Rows that say what timed them (``timed_by``: a config's estimated
+    rows) are explained by that (:data:`TIMED_BY_WHY`) instead."""
     if "headroom" not in rows or rows.empty:
         return []
     low = rows[pd.to_numeric(rows["headroom"], errors="coerce") < 1 - 1e-9]
     if low.empty:
         return []
+    if "timed_by" in low and low["timed_by"].isin(list(TIMED_BY_WHY)).all():
+        why = _timed_why(low)
     by = low.groupby(["op", "pass"], sort=False)["headroom"].agg(["size", "min"])
     by = by.sort_values(["min", "size"], ascending=[True, False])
     named = ", ".join(f"{op} {pass_} ({int(n)})" for (op, pass_), n in by["size"].head(5).items())
@@ -263,6 +290,20 @@ def below_bound_notes(rows: pd.DataFrame, what: str, why: str) -> list[str]:
     return [f"{len(low)} {what} faster than their bound (headroom < 1): {named}"
             f"{' ...' if len(by) > 5 else ''}; the lowest is {worst:.2f}x ({op} {pass_}); "
             f"flagged '{BELOW_BOUND}': {why}"]
+
+
+def _timed_why(low: pd.DataFrame) -> str:
+    """What may explain ``low`` (rows under their bound), by what timed them, each cause
+    with its rows (the (op, pass) pairs, as the note names them) when they are of several."""
+    kinds = list(dict.fromkeys(low["timed_by"]))
+    if len(kinds) == 1:
+        return f"{TIMED_BY_WHY[kinds[0]]}; {ESTIMATED_TAIL}"
+    parts = []
+    for kind in kinds:
+        pairs = low[low["timed_by"] == kind][["op", "pass"]].drop_duplicates()
+        named = ", ".join(f"{op} {pass_}" for op, pass_ in pairs.itertuples(index=False))
+        parts.append(f"{named}: {TIMED_BY_WHY[kind]}")
+    return f"{'; '.join(parts)}; {ESTIMATED_TAIL}"
 
 
 FLAGS_COLUMN = Column(key="flags", label="flags", role="text",

@@ -15,6 +15,13 @@ _BACKENDS: dict[str, str] = {
     "wormhole-sim": "opatlas.tenstorrent.backend:WormholeSimBackend",
     "ttnn": "opatlas.tenstorrent.ttnn_backend:TtnnBackend",
 }
+# The ops a backend runs, for a backend that runs only some (the Tenstorrent ones run reshard
+# alone). Such an op runs on those backends only; every other op runs on the backends not
+# listed here (PyTorch's, whose devices build any catalog or user op).
+_BACKEND_OPS: dict[str, tuple[str, ...]] = {
+    "wormhole-sim": ("reshard",),
+    "ttnn": ("reshard",),
+}
 
 
 class Backend:
@@ -49,9 +56,14 @@ class Backend:
         """Release device memory after a failure (e.g. an OOM) so the sweep can go on."""
 
 
-def register_backend(name: str, target: str) -> None:
-    """Register ``"module:Class"`` under ``name`` (imported on first use)."""
+def register_backend(name: str, target: str, ops: Sequence[str] | None = None) -> None:
+    """Register ``"module:Class"`` under ``name`` (imported on first use); ``ops``: the only
+    ops it runs (default: any op that no backend registered with ``ops`` claims)."""
     _BACKENDS[name] = target
+    if ops is None:
+        _BACKEND_OPS.pop(name, None)
+    else:
+        _BACKEND_OPS[name] = tuple(ops)
 
 
 def list_backends() -> list[str]:
@@ -88,6 +100,33 @@ def backend_dtypes(name: str) -> tuple[str, ...] | None:
     """The dtypes backend ``name`` can run (None: any), read without building it: a driver
     checks a sweep against a backend its machine may lack (a Ray cluster's GPUs)."""
     return _backend_class(name).dtypes
+
+
+def runs_op(backend: str, op: str) -> bool:
+    """Whether ``backend`` runs ``op``, read from the registry without importing either."""
+    if backend in _BACKEND_OPS:
+        return op in _BACKEND_OPS[backend]
+    return not any(op in ops for ops in _BACKEND_OPS.values())
+
+
+def backends_for(op: str) -> list[str]:
+    """The registered backends that run ``op``, in the order they were registered (the
+    simulator before the card it simulates)."""
+    return [b for b in _BACKENDS if runs_op(b, op)]
+
+
+def check_backend_op(backend: str, op: str) -> None:
+    """Refuse ``op`` on a backend that does not run it, naming the backends that do: every
+    vector would only be recorded as invalid, one by one."""
+    _backend_class(backend)  # an unknown backend is named as such
+    if runs_op(backend, op):
+        return
+    only = _BACKEND_OPS.get(backend)
+    what = f"runs only {', '.join(only)}, not op {op!r}" if only else f"cannot run op {op!r}"
+    others = backends_for(op)
+    hint = (f"; {op} runs on {', '.join(others)} (--backend {others[0]})" if others
+            else f"; no backend runs {op}")
+    raise OpatlasError(f"backend {backend!r} {what}{hint}")
 
 
 def get_backend(name: str, **options: Any) -> Backend:

@@ -28,7 +28,6 @@ import numpy as np
 from opatlas.bounds.arch import Arch
 from opatlas.bounds.einsum import Einsum, Tensor
 from opatlas.bounds.mapspace import extent, footprint
-from opatlas.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def build_nest(einsum: Einsum, arch: Arch) -> Nest:
         above[t.name] = [s for s in outside if not slots[s].spatial]
         spatial_above = [s for s in outside if slots[s].spatial]
         if spatial_above and above[t.name] and min(spatial_above) < max(above[t.name]):
-            raise SpecError(
+            raise arch.error(
                 f"tensor {t.name!r} bypasses a level with temporal loops below a spatial "
                 f"fan-out ({slots[min(spatial_above)].name}); the mapper supports fan-outs "
                 f"above a tensor's first keeper only when no bypassed temporal loops sit "
@@ -193,6 +192,12 @@ def valid_mask(nest: Nest, factors: np.ndarray, min_utilization: float = 0.0) ->
     return ok
 
 
+def macs_used(nest: Nest, factors: np.ndarray) -> np.ndarray:
+    """MACs each mapping keeps busy: the product of its spatial factors."""
+    spatial = [s for s, x in enumerate(nest.slots) if x.spatial]
+    return np.prod(tile_of(factors, spatial), axis=1)
+
+
 # -- sampling ----------------------------------------------------------------------------------
 
 def sample_factors(nest: Nest, n: int, rng: np.random.Generator,
@@ -276,8 +281,7 @@ class MappingSet:
 
     @property
     def macs_used(self) -> np.ndarray:
-        spatial = [s for s, x in enumerate(self.nest.slots) if x.spatial]
-        return np.prod(tile_of(self.factors, spatial), axis=1)
+        return macs_used(self.nest, self.factors)
 
     def dram_footprint(self) -> np.ndarray:
         """Words of all tensors' DRAM-facing tiles together (the on-chip data DRAM feeds)."""
@@ -344,5 +348,5 @@ def utilization(ms: MappingSet) -> np.ndarray:
 
 
 __all__ = ["MappingSet", "Nest", "build_nest", "compute_cycles", "footprint", "level_bytes",
-           "sample_mappings", "tensor_dram_accesses", "utilization", "valid_mask"]
+           "macs_used", "sample_mappings", "tensor_dram_accesses", "utilization", "valid_mask"]
 

@@ -38,7 +38,6 @@ from opatlas.bounds.accel_search import local_search
 from opatlas.bounds.arch import Arch, Level
 from opatlas.bounds.einsum import Einsum
 from opatlas.bounds.frontier import Frontier, frontier
-from opatlas.errors import OpatlasError, SpecError
 
 FIG24B_SIZES_KB = (0.125, 1, 8, 64, 512)
 
@@ -102,8 +101,8 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
     only mappings that use at least ``min_utilization`` of the MACs. With ``search_rounds``,
     a local search from each size's best mappings looks for better ones (``searched``)."""
     if arch.word_bits % 8:
-        raise SpecError("word_bits must be a whole number of bytes", key="word_bits",
-                        value=arch.word_bits)
+        raise arch.error("word_bits must be a whole number of bytes", key="word_bits",
+                         value=arch.word_bits)
     einsum = einsum.with_word_bytes(arch.word_bits // 8)
     need = _check_fits(einsum, arch, level, sizes_bytes)
     f = bound if bound is not None else frontier(einsum)
@@ -131,8 +130,8 @@ def sweep_buffer_sizes(einsum: Einsum, arch: Arch, *, level: str = "GlobalBuffer
             searched.append(_frame(best, f, level, size))
     points = pd.concat(frames, ignore_index=True)
     if not len(points):
-        raise OpatlasError(
-            f"architecture {arch.name!r}: no valid mapping found at any {level} size"
+        raise arch.error(
+            f"no valid mapping found at any {level} size"
             + (f"; none keeps {min_utilization:.0%} of the {arch.macs} MACs busy (lower "
                f"--min-utilization)" if min_utilization > 0 else
                "; the buffers may leave too little room (try larger sizes or more --mappings)"))
@@ -154,16 +153,17 @@ def _check_fits(einsum: Einsum, arch: Arch, level: str,
         return ", ".join(f"{lv.bits.get(t, arch.word_bits)}-bit {t}" for t in lv.keeps)
 
     swept = arch.level(level)
-    for lv in arch.levels[1:]:
-        if lv.kind == "memory" and lv.name != level and lv.size_bytes < least_bytes(arch, lv):
-            raise OpatlasError(
-                f"architecture {arch.name!r}: no mapping fits: level {lv.name!r} holds "
-                f"{lv.size_bytes:g} B, but the smallest mapping needs {least_bytes(arch, lv):g} "
-                f"B there (one word each of {what(lv)})")
+    for i, lv in enumerate(arch.levels):
+        if i and lv.kind == "memory" and lv.name != level and \
+                lv.size_bytes < least_bytes(arch, lv):
+            raise arch.error(
+                f"no mapping fits: level {lv.name!r} holds {lv.size_bytes:g} B, but the "
+                f"smallest mapping needs {least_bytes(arch, lv):g} B there (one word each of "
+                f"{what(lv)})", key=f"levels.{i}.size_bytes", value=lv.size_bytes)
     need = least_bytes(arch, swept) if swept.kind == "memory" else 0.0
     if sizes_bytes and max(sizes_bytes) < need:
-        raise OpatlasError(
-            f"architecture {arch.name!r}: no mapping fits: every {level} size (largest "
+        raise arch.error(
+            f"no mapping fits: every {level} size (largest "
             f"{max(sizes_bytes):g} B) is below the {need:g} B the smallest mapping needs there "
             f"(one word each of {what(swept)})")
     return need

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from opatlas.errors import SpecError
 
@@ -55,6 +55,7 @@ class Arch(BaseModel):
     word_bits: int = Field(default=8, ge=1)
     levels: list[Level]
     sources: dict[str, str] = {}
+    _file: str | None = PrivateAttr(default=None)  # the YAML it was loaded from, for errors
 
     @model_validator(mode="after")
     def _structure(self) -> Arch:
@@ -73,6 +74,22 @@ class Arch(BaseModel):
         return self
 
     @property
+    def file(self) -> str | None:
+        """The YAML file this architecture was loaded from (``None`` if built in code)."""
+        return self._file
+
+    @property
+    def described(self) -> str:
+        """``architecture 'name' (file F)``, for messages about an option's value."""
+        return f"architecture {self.name!r}" + (f" (file {self._file})" if self._file else "")
+
+    def error(self, message: str, *, key: str | None = None, value: object = None) -> SpecError:
+        """An error in this architecture, naming its file (or, built in code, its name)."""
+        if self._file is None:
+            message = f"architecture {self.name!r}: {message}"
+        return SpecError(message, file=self._file, key=key, value=value)
+
+    @property
     def macs(self) -> int:
         """Compute units: the product of every spatial fan-out."""
         return math.prod(d.fanout for lv in self.levels if lv.kind == "spatial" for d in lv.dims)
@@ -81,16 +98,16 @@ class Arch(BaseModel):
         for lv in self.levels:
             if lv.name == name:
                 return lv
-        raise SpecError(f"no level of that name in architecture {self.name!r} "
-                        f"(levels: {', '.join(lv.name for lv in self.levels)})", key="level",
+        raise SpecError(f"no level of that name in {self.described}; "
+                        f"its levels: {', '.join(lv.name for lv in self.levels)}", key="level",
                         value=name)
 
     def with_size(self, name: str, size_bytes: float) -> Arch:
         """A copy with one memory level resized (the artifact's GlobalBuffer sweep)."""
         lv = self.level(name)
         if lv.kind != "memory" or lv is self.levels[0]:
-            raise SpecError("only an on-chip memory level can be resized", key="level",
-                            value=name)
+            raise SpecError(f"only an on-chip memory level of {self.described} can be "
+                            f"resized", key="level", value=name)
         levels = [x.model_copy(update={"size_bytes": size_bytes}) if x.name == name else x
                   for x in self.levels]
         return self.model_copy(update={"levels": levels})
@@ -102,16 +119,17 @@ class Arch(BaseModel):
             refs = list(lv.keeps) + list(lv.bits) + [d.reuse for d in lv.dims if d.reuse]
             bad = [t for t in refs if t not in known]
             if bad:
-                raise SpecError(f"level {lv.name!r} names tensor(s) {bad} that the problem does "
-                                f"not have (it has {sorted(known)})", key=f"levels.{i}",
-                                value=lv.name)
+                raise self.error(f"level {lv.name!r} names tensor(s) {bad} that the problem "
+                                 f"does not have (it has {sorted(known)})", key=f"levels.{i}",
+                                 value=lv.name)
         missing = known - set(self.levels[0].keeps)
         if missing:
-            raise SpecError(f"the backing store must keep every tensor; it lacks "
-                            f"{sorted(missing)}", key="levels.0.keeps", value=self.levels[0].keeps)
+            raise self.error(f"the backing store must keep every tensor; it lacks "
+                             f"{sorted(missing)}", key="levels.0.keeps",
+                             value=self.levels[0].keeps)
         for t in tensors:
             if not any(t in lv.keeps for lv in self.levels[1:]):
-                raise SpecError(f"no on-chip level keeps tensor {t!r}", key="levels")
+                raise self.error(f"no on-chip level keeps tensor {t!r}", key="levels")
 
 
 BUILTIN = ("simba",)
@@ -121,12 +139,16 @@ def load_arch(source: str | Path) -> Arch:
     """Load an architecture YAML, or a built-in by name (``simba``)."""
     if str(source) in BUILTIN:
         ref = resources.files("opatlas") / "data" / "arches" / f"{source}.yaml"
-        return _parse(ref.read_text(), f"built-in architecture {source!r}")
+        arch = _parse(ref.read_text(), f"built-in architecture {source!r}")
+        arch._file = str(ref)  # later errors (a problem's tensors) point at the bundled YAML
+        return arch
     path = Path(source)
     if not path.is_file():
         raise SpecError(f"no such architecture file, and no built-in of that name "
                         f"(built-ins: {', '.join(BUILTIN)})", file=str(source))
-    return _parse(path.read_text(), str(path))
+    arch = _parse(path.read_text(), str(path))
+    arch._file = str(path)  # errors found later (against the problem) name the file too
+    return arch
 
 
 def _parse(text: str, file: str) -> Arch:

@@ -98,6 +98,8 @@ def analyze(
     if load is None and kind is None:  # detected once, here: what it is decides what applies
         kind = _kind_of(source)  # None: the reader names what it cannot tell
     _check_trace(trace, source, load, kind)
+    if tui and not as_json and not _terminal():  # refused before minutes of analysis
+        raise OpatlasError("--tui needs a terminal (standard input and output)")
     one_to_stdout({**{f"{flag} -": str(path) == "-" for flag, path in (
         ("--csv", csv), ("--html", html), ("--trace", trace), ("--save", save))},
         "--json": as_json})
@@ -115,7 +117,7 @@ def analyze(
                 typer.echo("opatlas: note: --tui does not open with --json: ignored", err=True)
             typer.echo(json.dumps(analysis.document()))
             return
-        if tui or (sys.stdout.isatty() and not any(files.values())):
+        if tui or (_terminal() and not any(files.values())):
             api.run_app(analysis, source=source, kind=kind, measured=measured, models=models,
                         device=device, strict=strict, extra=extra or None)
         elif not any(files.values()):
@@ -129,6 +131,12 @@ def analyze(
 SOURCES = ("a training config or bundled name (e.g. llama2-7b), a results store (.duckdb), a "
            "torch.profiler trace (.json, .json.gz), a PyBuda run folder or netlist, or a "
            "tt-metal ops_perf_results CSV")
+
+
+def _terminal() -> bool:
+    """Whether the terminal app can run: it reads keys from standard input and draws on
+    standard output; on a pipe or a file it would wait for keys that never come."""
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _check_source(source: str | None, load: Path | None, kind: str | None) -> None:

@@ -12,6 +12,8 @@ import typer
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from opatlas.store import Store
 
 BACKENDS = ("gloo", "nccl")
@@ -62,6 +64,39 @@ def _store(path: Path | None) -> AbstractContextManager[Store | None]:
     return store_for_writing(path)
 
 
+def _held(st: Store, op: str, backend: str, device: str) -> dict[tuple[int, int, str], dict]:
+    """The final rows (``ok``, ``invalid``) the store holds for ``op`` on (backend, device),
+    by (elements, ranks, dtype): a new measurement of such a size is not stored (a store keeps
+    a key's first answer, as ``opatlas run`` does; a failure is replaced)."""
+    from opatlas.store.db import FINAL_STATUSES
+
+    df = st.results(op=f"collective.{op}")
+    if df.empty:
+        return {}
+    df = df[(df["backend"] == backend) & (df["device"] == device)
+            & df["status"].isin(FINAL_STATUSES)]
+    return {(int(r["elements"]), int(r["world_size"]), str(r["dtype"])): r
+            for r in df.to_dict("records")}
+
+
+def _not_stored(df: pd.DataFrame, held: dict[tuple[int, int, str], dict], path: Path
+                ) -> list[str]:
+    """One line per size measured now that the store kept its earlier answer for."""
+    lines = []
+    for r in df.to_dict("records"):
+        old = held.get((int(r["elements"]), int(r["world_size"]), str(r["dtype"])))
+        if old is None:
+            continue
+        was = old["status"] + (f", {old['median_ns'] / 1e3:.1f} µs"
+                               if old["status"] == "ok" else "")
+        now = r["status"] + (f", {r['median_ns'] / 1e3:.1f} µs" if r["status"] == "ok" else "")
+        lines.append(f"{path} already holds {r['op']} at {r['elements']} elements on "
+                     f"{r['world_size']} ranks ({r['dtype']}, {r['backend']}): {was}, recorded "
+                     f"{old['created_at']:%Y-%m-%d %H:%M}; it keeps that first answer, and this "
+                     f"run's ({now}) was not stored (use another --store to keep it)")
+    return lines
+
+
 def collectives(
     op: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | all_to_all | "
                                        "send_recv"),
@@ -74,7 +109,9 @@ def collectives(
     link_peak_gbps: float | None = typer.Option(None, "--link-peak-gbps", min=0.001,
                                                 help="Flag bus bandwidths above this (GB/s, "
                                                      "the link's peak) as invalid."),
-    store: Path | None = typer.Option(None, "--store", help="Also record the results here."),
+    store: Path | None = typer.Option(
+        None, "--store", help="Also record the results here. A size it holds already keeps "
+                              "its first answer (said on stderr); a failed one is replaced."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Time a collective on every rank; record the slowest rank; report algbw and busbw.
@@ -95,7 +132,11 @@ def collectives(
         if st is not None:
             from opatlas.backends.cpu import cpu_model_name
 
-            record(st, df, cpu_model_name() if backend == "gloo" else backend)
+            device = cpu_model_name() if backend == "gloo" else backend
+            held = _held(st, op, backend, device)
+            record(st, df, device)
+            for line in _not_stored(df, held, st.path):
+                typer.echo(f"opatlas: {line}", err=True)
     if as_json:
         typer.echo(json.dumps(df.drop(columns=["samples_ns"]).to_dict("records")))
         return

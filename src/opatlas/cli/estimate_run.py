@@ -52,7 +52,7 @@ def fallback_assumptions(cfg: Any, estimates: list, notes: list[str]) -> None:
     (default efficiencies or links): said on stderr and added to ``notes``."""
     from opatlas.estimate.inputs import fallback_assumptions as assumed
 
-    new = [n for n in assumed(cfg, [n for e in estimates for n in e.notes]) if n not in notes]
+    new = [n for n in assumed(cfg, estimates) if n not in notes]
     say(new)
     notes.extend(new)
 

@@ -101,6 +101,7 @@ def run(
         opatlas run llm-linear --backend cuda --executor submitit --jobs 16 \\
             --submitit-opt slurm_partition=gpu --submitit-opt gpus_per_node=1
     """
+    from opatlas.backends.base import check_backend_op
     from opatlas.run import RunConfig, run_spec
     from opatlas.run.runner import check_backend_dtypes
     from opatlas.store import Store
@@ -120,6 +121,7 @@ def run(
     if executor == "submitit" and (parts, part) != (1, 1):
         raise OpatlasError("--executor submitit splits the sweep itself into --jobs parts; "
                            "drop --parts/--part")
+    check_backend_op(backend, s.op)
     _check_before_store(s, where, executor, backend, options)
     check_backend_dtypes(s, backend, parts=1 if executor == "submitit" else parts,
                          part=1 if executor == "submitit" else part, where=where,
@@ -152,12 +154,22 @@ def run(
         raise typer.Exit(130) from None
     stats = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "nothing to run"
     typer.echo(f"{s.name}: {counted(summary.total, 'vector')}; {summary.skipped} already in "
-               f"the store; "
+               f"the store{failed_earlier(summary)}; "
                f"ran {summary.ran} ({stats}) in {summary.elapsed_s:.1f} s "
                f"({summary.rate:.1f} vec/s)")
     for line in node_lines(summary):
         typer.echo(line)
     typer.echo(f"store: {store.resolve()}")
+
+
+def failed_earlier(summary: RunSummary) -> str:
+    """Of the vectors skipped, those the store holds as failed, by status: a resumed run
+    does not run them again unless told to."""
+    n = sum(summary.failed_earlier.values())
+    if not n:
+        return ""
+    by = ", ".join(f"{k} {v}" for k, v in sorted(summary.failed_earlier.items()))
+    return f" ({n} failed earlier: {by}; --retry-failed runs them again)"
 
 
 def _recorded(store: Path) -> int:

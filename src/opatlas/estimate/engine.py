@@ -49,6 +49,10 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     items: list[StepItem] = field(default_factory=list)  # the step, row by row (items.py)
     equivalent: list[TrainConfig] = field(default_factory=list)  # same time and memory (search)
+    # what measured data fell back from (ops.mode data, NCCL data): the "op/pass" names the
+    # roofline timed, and whether the alpha-beta model timed some collective
+    roofline_ops: frozenset[str] = frozenset()
+    alpha_beta_collectives: bool = False
 
     @property
     def memory_gib(self) -> float:
@@ -234,9 +238,13 @@ def estimate_many(cfgs: list[TrainConfig]) -> list[Estimate]:
             if len(cfgs) == 1:  # a search's candidates carry it in their notes only
                 _said(split)
             e.notes.append(split)
-    if (comm_note := take_fallback_note(comm)) is not None:
+    roofline_ops = fn.roofline_ops()
+    comm_note = take_fallback_note(comm)
+    if comm_note is not None:
         _said_or_refused(base, comm_note)
-        for e in ests:
+    for e in ests:
+        e.roofline_ops, e.alpha_beta_collectives = roofline_ops, comm_note is not None
+        if comm_note is not None:
             e.notes = [*e.notes, comm_note]
     return ests
 

@@ -220,22 +220,22 @@ def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
         "cluster": cfg.cluster.model_copy(update={**cluster, "nccl_data": None})})
 
 
-def fallback_assumptions(cfg: TrainConfig, said: Sequence[str]) -> list[str]:
-    """The defaults that data mode's fallbacks (``said`` in an estimate's notes) used: the
-    efficiencies of the roofline an op without measured data is timed by, the links of the
-    alpha-beta model a collective without samples is timed by."""
+def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]:
+    """The defaults that data mode's fallbacks in ``estimates`` used: the efficiencies of the
+    roofline an op without measured data is timed by, the links of the alpha-beta model a
+    collective without samples is timed by."""
     from opatlas.estimate.presets import LINK_KEYS
 
     out = []
     ops = [k for k in ("compute_efficiency", "memory_efficiency")
            if k not in cfg.ops.model_fields_set]
-    if cfg.ops.mode == "data" and ops and any(n.endswith("roofline used") for n in said):
+    if cfg.ops.mode == "data" and ops and any(e.roofline_ops for e in estimates):
         out.append("assumed (the defaults) " + ", ".join(f"ops.{k} = {getattr(cfg.ops, k)}"
                                                          for k in ops)
                    + " for the ops without measured data (the roofline); --set ops.KEY=VALUE")
     # a device with a system of its own had its links filled and said at load (device_links)
     links = [k for k in LINK_KEYS if k not in cfg.cluster.model_fields_set]
-    if cfg.cluster.nccl_data and links and any("alpha-beta model" in n for n in said):
+    if cfg.cluster.nccl_data and links and any(e.alpha_beta_collectives for e in estimates):
         out.append("assumed (the defaults) " + ", ".join(f"cluster.{k} = "
                                                          f"{getattr(cfg.cluster, k)}"
                                                          for k in links)

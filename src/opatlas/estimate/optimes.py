@@ -36,6 +36,10 @@ class RooflineTimes:
     def fallback_notes(self) -> list[str]:
         return []
 
+    def roofline_ops(self) -> frozenset[str]:
+        """The "op/pass" names timed by the roofline in place of measured data."""
+        return frozenset()
+
 
 class DataTimes(RooflineTimes):
     """The Predictor's models for ops the data has; the roofline for the others."""
@@ -60,6 +64,9 @@ class DataTimes(RooflineTimes):
         except OpatlasError:
             self.fallbacks.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
+
+    def roofline_ops(self) -> frozenset[str]:
+        return frozenset(self.fallbacks | self.too_few)
 
     def fallback_notes(self) -> list[str]:
         """One note per op without data (or too little); said on stderr once, or an error

@@ -33,8 +33,10 @@ RECIPES = ("ett", "gbm", "hybrid")
 # cached by an earlier revision are refitted instead of trusted.
 # 2: tree count by early stopping (was a fixed 1,000); 3: per-launch overhead in the base of
 # ops that count their launches (the optimizer steps); 4: the hybrid's base changed with the
-# op counts (the causal masked softmax's least traffic reads its triangle only)
-RECIPE_REVISION = "4"
+# op counts (the causal masked softmax's least traffic reads its triangle only); 5: a matmul's
+# backward is two GEMM kernels, each reading the output's gradient (its least traffic counted it
+# once)
+RECIPE_REVISION = "5"
 # L1 objective: upstream's samples have heavy-tailed noise (leaky trimmed means), and the
 # median of log-time is what MAPE rewards.
 GBM_PARAMS = {"learning_rate": 0.04, "num_leaves": 31,

@@ -103,8 +103,9 @@ class Linear(Op):
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         t, i, o = linear_dims(p)
         e = dtype_bytes(p["dtype"])
-        # fwd: read x, W; write y.  bwd: read dy, x, W; write dx, dW.
-        return {"fwd": e * (t * i + i * o + t * o), "bwd": e * (2 * t * i + 2 * i * o + t * o)}
+        # fwd: read x, W; write y.  bwd: two kernels, dx = dy·Wᵀ (read dy, W; write dx) and
+        # dW = xᵀ·dy (read x, dy; write dW): each reads dy
+        return {"fwd": e * (t * i + i * o + t * o), "bwd": e * 2 * (t * i + i * o + t * o)}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         t, i, o = linear_dims(p)
@@ -158,7 +159,9 @@ class Bmm(Op):
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         bb, m, k, n = bmm_dims(p)
         e = dtype_bytes(p["dtype"])
-        return {"fwd": e * bb * (m * k + k * n + m * n), "bwd": e * bb * (m * n + 2 * m * k + 2 * k * n)}
+        # bwd: two kernels, dA = dC·Bᵀ and dB = Aᵀ·dC, each reading dC
+        return {"fwd": e * bb * (m * k + k * n + m * n),
+                "bwd": e * bb * 2 * (m * n + m * k + k * n)}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         bb, m, k, n = bmm_dims(p)

@@ -289,7 +289,8 @@ class Baddbmm(Op):
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         bb, l, d = self.dims(p)
         e = dtype_bytes(p["dtype"])
-        return {"fwd": e * bb * (2 * l * d + l * l), "bwd": e * bb * (l * l + 4 * l * d)}
+        # bwd: two kernels, dQ = dS·K and dK = dSᵀ·Q, each reading the score gradient dS
+        return {"fwd": e * bb * (2 * l * d + l * l), "bwd": e * bb * (2 * l * l + 4 * l * d)}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         bb, l, d = self.dims(p)

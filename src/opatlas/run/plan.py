@@ -11,19 +11,21 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from opatlas.spec import SweepSpec
 from opatlas.store import Store
-from opatlas.store.db import FINAL_STATUSES
+from opatlas.store.db import FINAL_STATUSES, STATUSES
 from opatlas.store.keys import KEY_DTYPE, contains, vector_keys
 from opatlas.sweep import Vector, VectorStream, vector_id
 from opatlas.sweep.expand import DEFAULT_BATCH
 
 RESUMABLE = FINAL_STATUSES  # what --retry-failed keeps; every other status runs again
+FAILED = tuple(s for s in STATUSES if s not in FINAL_STATUSES)  # error, oom, timeout, crash
 
 
 def sweep_id(spec: SweepSpec) -> str:
@@ -64,8 +66,26 @@ class SweepPlan:
                                self.passes)
         if also_done is not None and len(also_done):
             done = np.union1d(done, also_done)
-        todo = int(np.count_nonzero(~contains(done, self.keys)))
-        return Work(total=self.valid, todo=todo, batches=self._pending(done))
+        skip = contains(done, self.keys)
+        failed = Counter() if retry_failed else self._failed(store, backend, device, skip)
+        return Work(total=self.valid, todo=int(np.count_nonzero(~skip)),
+                    batches=self._pending(done), failed=failed)
+
+    def _failed(self, store: Store, backend: str, device: str, skip: np.ndarray
+                ) -> Counter[str]:
+        """Of the vectors skipped (``skip``: a mask over ``keys``), those the store holds as
+        failed, by status: each under the first of FAILED it has (a vector's passes fail
+        together)."""
+        if not skip.any():
+            return Counter()
+        left = skip.copy()
+        out: Counter[str] = Counter()
+        for status, keys in store.keys_by_status(backend, device, FAILED).items():
+            hit = left & contains(keys, self.keys)
+            if n := int(np.count_nonzero(hit)):
+                out[status] = n
+            left &= ~hit
+        return out
 
     def _pending(self, done: np.ndarray) -> Iterator[list[Vector]]:
         """The valid vectors again, in order, less those whose key is in ``done``."""
@@ -84,6 +104,7 @@ class Work:
     total: int  # valid vectors of the plan
     todo: int   # of which not done yet
     batches: Iterator[list[Vector]]
+    failed: Counter[str] = field(default_factory=Counter)  # skipped, recorded as failed
 
     @property
     def skipped(self) -> int:

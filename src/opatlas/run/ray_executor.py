@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from opatlas.errors import OpatlasError
-from opatlas.run.plan import SweepPlan, Work
+from opatlas.run.plan import FAILED, SweepPlan, Work
 from opatlas.run.progress import Progress
 from opatlas.run.ray_worker import ChunkResult, DeviceWorker, WorkerInfo, wire_vectors
 from opatlas.run.records import ResultWriter, RowBuilder
 from opatlas.run.runner import (
-    FAILED,
     Measurement,
     NodeStats,
     RunConfig,
@@ -321,6 +320,7 @@ class RayDispatcher:
         work = self.plan.work(self.store, self.cfg.backend, info.device, self.cfg.retry_failed)
         self.summary.total += work.total
         self.summary.skipped += work.skipped
+        self.summary.failed_earlier.update(work.failed)
         self.todo += work.todo
         self.queues[info.device] = _ChunkQueue(info.device, work, max(1, self.rcfg.chunk))
         if self.progress is not None:

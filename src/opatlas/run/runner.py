@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from opatlas.backends import get_backend
-from opatlas.backends.base import backend_dtypes
+from opatlas.backends.base import backend_dtypes, check_backend_op
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.ops import get_op, load_ops_module
 from opatlas.run.plan import SweepPlan, record_sweep
@@ -22,8 +22,6 @@ from opatlas.run.worker import InProcess, open_worker
 from opatlas.spec import SweepSpec
 from opatlas.store import Store
 from opatlas.sweep import VectorStream, canonical_json
-
-FAILED = ("error", "oom", "timeout", "crash")
 
 
 @dataclass
@@ -62,6 +60,8 @@ class RunSummary:
     nodes: dict[str, NodeStats] = field(default_factory=dict)  # filled by distributed runs
     retried_chunks: int = 0
     duplicate_rows: int = 0  # rows the store already held (ignored, never written twice)
+    # of the skipped vectors, those recorded as failed, by status (without --retry-failed)
+    failed_earlier: Counter[str] = field(default_factory=Counter)
 
     @property
     def rate(self) -> float:
@@ -107,7 +107,7 @@ class Runner:
         how = measurement(spec, cfg)
         plan = dataclasses.replace(plan, passes=how.passes)  # done: every pass it measures
         work = plan.work(self.store, cfg.backend, self.device, cfg.retry_failed, also_done)
-        summary = RunSummary(total=work.total, skipped=work.skipped)
+        summary = RunSummary(total=work.total, skipped=work.skipped, failed_earlier=work.failed)
         worker = open_worker(self.backend, cfg.backend, cfg.ops_modules, cfg.backend_options)
         builder = RowBuilder(cfg.backend, self.device, self.versions)
         in_process = isinstance(worker, InProcess)
@@ -173,6 +173,7 @@ def prepare_run(spec: SweepSpec, store: Store, config: RunConfig, *, parts: int 
     into the store batch by batch: the plan that both executors run."""
     for m in config.ops_modules:
         load_ops_module(m)
+    check_backend_op(config.backend, spec.op)
     check_backend_dtypes(spec, config.backend, parts=parts, part=part, where=where)
     store.limit_memory()
     return record_sweep(spec, store, parts=parts, part=part, where=where,

@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opatlas.errors import InvalidShape
+from opatlas.errors import InvalidShape, OpatlasError
 from opatlas.ops.registry import resolved_params
 
+STARTED = "started"  # the worker's first word: spawn's start-up (importing __main__) is over
 READY = "ready"
 STARTUP_TIMEOUT_S = 600.0  # importing torch and building a backend on a loaded machine
 
@@ -48,6 +50,7 @@ def worker_main(conn: Any, backend_name: str, ops_modules: Sequence[str],
     from opatlas.backends import get_backend
     from opatlas.ops import list_ops, load_ops_module
 
+    conn.send((STARTED, None, ""))
     try:
         list_ops()  # imports the built-in catalog now, not in the first vector's time
         for m in ops_modules:
@@ -90,9 +93,12 @@ class WorkerHandle:
         self.proc: Any = None
         self.conn: Any = None
         self.restarts = 0
+        self.started = False  # a worker of this handle ran its own code once
 
     def _start(self) -> Outcome | None:
-        """Start a worker and wait until it is ready; an outcome if it could not start."""
+        """Start a worker and wait until it is ready; an outcome if it could not start.
+        Raises :class:`WorkerStartError` when the first one dies before its own code runs:
+        so would every other, and recording each vector as a crash would hide why."""
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=worker_main, daemon=True,
                                      args=(child, self.backend_name, self.ops_modules,
@@ -100,14 +106,22 @@ class WorkerHandle:
         self.proc.start()
         child.close()
         self.conn = parent
-        if not parent.poll(STARTUP_TIMEOUT_S):
-            self._kill()
-            return Outcome("timeout", message=f"worker did not start within {STARTUP_TIMEOUT_S:g} s")
-        answer = self._receive()
+        answer = self._startup_answer()
+        if answer.status == STARTED:
+            self.started = True
+            answer = self._startup_answer()
+        elif answer.status == "crash" and not self.started:  # died before its code ran
+            raise WorkerStartError(_spawn_failed(answer.message.removeprefix("worker process ")))
         if answer.status == READY:
             return None
         self._kill()
         return answer
+
+    def _startup_answer(self) -> Outcome:
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
+            self._kill()
+            return Outcome("timeout", message=f"worker did not start within {STARTUP_TIMEOUT_S:g} s")
+        return self._receive()
 
     def _receive(self) -> Outcome:
         try:
@@ -167,6 +181,24 @@ class WorkerHandle:
                 self.conn.send(None)
             self.proc.join(2)
         self._kill()
+
+
+class WorkerStartError(OpatlasError):
+    """A worker process that died before its own code ran: it would for every vector."""
+
+
+def _spawn_failed(died: str) -> str:
+    """Why a worker died before it ran: the spawn start method imports the parent's
+    ``__main__`` script again in it, whose top-level code then runs again (opening the store
+    a second time, starting a run of its own) unless it is under ``if __name__ ==
+    "__main__":``. Nothing else user-written runs that early."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main is None:
+        return f"a worker process {died} before it started; see its error above"
+    return (f"a worker process {died} while importing {main} again, before it started "
+            f"(see its error above): multiprocessing's spawn start method runs that script's "
+            f"top-level code in every worker, so put the code that runs the sweep (and opens "
+            f"its store) under `if __name__ == \"__main__\":`; nothing was recorded")
 
 
 def _describe_exit(code: int | None) -> str:

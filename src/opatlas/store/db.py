@@ -479,6 +479,25 @@ class Store:
         cols = self._with_memory(lambda: self.con.execute(sql, args).fetchnumpy())
         return keys_from_halves(np.asarray(cols["hi"]), np.asarray(cols["lo"]))
 
+    def keys_by_status(self, backend: str, device: str, statuses: Sequence[str]
+                       ) -> dict[str, np.ndarray]:
+        """Per status of ``statuses``, the sorted keys of the vectors with a row of that
+        status for (backend, device): what a resumed run skips without saying why (a vector
+        whose passes failed differently is under each of their statuses)."""
+        if not statuses:
+            return {}
+        half = "try_cast('0x' || substr(vector_id, {}, 16) AS UBIGINT)"
+        sql = (f"SELECT * FROM (SELECT DISTINCT {half.format(1)} AS hi, {half.format(17)} AS lo, "
+               f"status FROM results WHERE backend = ? AND device = ? "
+               f"AND length(vector_id) >= {KEY_HEX_CHARS} "
+               f"AND status IN ({', '.join('?' * len(statuses))})) "
+               f"WHERE hi IS NOT NULL AND lo IS NOT NULL")
+        args = [backend, device, *statuses]
+        cols = self._with_memory(lambda: self.con.execute(sql, args).fetchnumpy())
+        status = np.asarray(cols["status"], dtype=object)
+        hi, lo = np.asarray(cols["hi"]), np.asarray(cols["lo"])
+        return {s: keys_from_halves(hi[status == s], lo[status == s]) for s in statuses}
+
     def results(self, *, op: str | None = None, where_sql: str | None = None,
                 expand_params: bool = True, status: str | None = None,
                 limit: int | None = None, params: ParamFilter | None = None) -> pd.DataFrame:

@@ -237,12 +237,15 @@ function timeline() {
   el("text", {x: W - R, y: H - 3, "text-anchor": "end"}, svg, `step ${secs(span - t0)}`);
 }
 
+// the GEMM kernels of the heaviest GEMM row, as the table counts them (html.frontier_of_heaviest_gemm):
+// one, or a backward's two with their frontiers summed (each has the whole buffer in turn)
 function frontier() {
   const svg = document.getElementById("frontier"), F = D.frontier;
   if (!F) return empty(svg, "no GEMM-like op in this analysis");
-  const W = 560, H = 380, L = 70, R = 16, T = 24, Bm = 40; frame(svg, W, H);
-  const ys = F.accesses.concat([F.algo_min]).concat(F.time_words ? [F.time_words] : []);
-  const xs = F.buffer.concat(F.onchip_words > 0 ? [F.onchip_words] : []);
+  const two = F.gemms.length > 1, dims = d => Object.entries(d).map(([k, v]) => k + "=" + v).join(" ");
+  const W = 560, H = 380, L = 70, R = 16, T = two ? 38 : 24, Bm = 40; frame(svg, W, H);
+  const ys = F.accesses.concat([F.algo_min], F.time_words ? [F.time_words] : [], ...F.parts.map(p => p.accesses));
+  const xs = F.buffer.concat(F.onchip_words > 0 ? [F.onchip_words] : [], ...F.parts.map(p => p.buffer));
   const xlo = Math.max(1, Math.min(...xs)) / 2, xhi = Math.max(...xs) * 2;
   const ylo = Math.min(...ys) / 2, yhi = Math.max(...ys) * 2;
   const sx = logScale(xlo, xhi, L, W - R), sy = logScale(ylo, yhi, H - Bm, T);
@@ -251,21 +254,29 @@ function frontier() {
   logAxis(svg, xlo, xhi, sx, true, H - Bm, "");
   logAxis(svg, ylo, yhi, sy, false, L, "");
   el("text", {x: (L + W) / 2, y: H - 4, "text-anchor": "middle"}, svg, "on-chip buffer (words)");
-  el("text", {x: 8, y: 14}, svg, `${F.op}: ${Object.entries(F.dims).map(([k, v]) => k + "=" + v).join(" ")}  — DRAM accesses (words)`);
-  let pts = [];
-  F.buffer.forEach((b, i) => { if (i) pts.push(`${sx(b)},${sy(F.accesses[i - 1])}`); pts.push(`${sx(b)},${sy(F.accesses[i])}`); });
-  pts.push(`${sx(xhi)},${sy(F.accesses[F.accesses.length - 1])}`);
-  el("polyline", {points: pts.join(" "), fill: "none", stroke: "#3b6fd8", "stroke-width": 2,
-    "data-tip": "Orojenesis frontier: the least DRAM traffic any mapping attains with that buffer"}, svg);
+  el("text", {class: "title", x: 8, y: 14}, svg, `${F.title} — DRAM accesses per call (words)`);
+  if (two) el("text", {class: "gemms", x: 8, y: 28}, svg, F.gemms.map(g => `${g.name}: ${dims(g.dims)}`).join("  +  "));
+  const steps = (buffer, accesses) => {
+    const pts = [];
+    buffer.forEach((b, i) => { if (i) pts.push(`${sx(b)},${sy(accesses[i - 1])}`); pts.push(`${sx(b)},${sy(accesses[i])}`); });
+    pts.push(`${sx(xhi)},${sy(accesses[accesses.length - 1])}`);
+    return pts.join(" ");
+  };
+  F.parts.forEach((p, i) => el("polyline", {class: "part", points: steps(p.buffer, p.accesses), fill: "none", stroke: "#9bb5ea",
+    "stroke-width": 1, "stroke-dasharray": "5 3",
+    "data-tip": `${F.gemms[i].name} (${dims(F.gemms[i].dims)}) alone: its least DRAM traffic with that buffer`}, svg));
+  el("polyline", {class: "frontier", points: steps(F.buffer, F.accesses), fill: "none", stroke: "#3b6fd8", "stroke-width": 2,
+    "data-tip": two ? "Orojenesis frontiers of both GEMM kernels, summed: the least DRAM traffic of one call with that buffer"
+      : "Orojenesis frontier: the least DRAM traffic any mapping attains with that buffer"}, svg);
   el("line", {x1: L, x2: W - R, y1: sy(F.algo_min), y2: sy(F.algo_min), stroke: "#16a085", "stroke-dasharray": "4 3",
-    "data-tip": `algorithmic minimum: ${si(F.algo_min, "words")}`}, svg);
+    "data-tip": `algorithmic minimum${two ? " of both kernels" : ""}: ${si(F.algo_min, "words")}`}, svg);
   if (F.onchip_words > 0) {
     el("line", {x1: sx(F.onchip_words), x2: sx(F.onchip_words), y1: T, y2: H - Bm, stroke: "#888", "stroke-dasharray": "3 3",
       "data-tip": `device buffer: ${si(F.onchip_words, "words")}`}, svg);
-    if (F.bound_words) el("circle", {cx: sx(F.onchip_words), cy: sy(F.bound_words), r: 5, fill: "#16a085",
-      "data-tip": `bound at the device's buffer: ${si(F.bound_words, "words")}`}, svg);
-    if (F.time_words) el("circle", {cx: sx(F.onchip_words), cy: sy(F.time_words), r: 6, fill: "#d64545",
-      "data-tip": `the op: its time per call moves at most ${si(F.time_words, "words")} at peak bandwidth`}, svg);
+    if (F.bound_words) el("circle", {class: "bound", cx: sx(F.onchip_words), cy: sy(F.bound_words), r: 5, fill: "#16a085",
+      "data-tip": `bound at the device's buffer: ${si(F.bound_words, "words")} per call (the row's oro bytes / calls)`}, svg);
+    if (F.time_words) el("circle", {class: "time", cx: sx(F.onchip_words), cy: sy(F.time_words), r: 6, fill: "#d64545",
+      "data-tip": `the op: its time per call${two ? " (both kernels)" : ""} moves at most ${si(F.time_words, "words")} at peak bandwidth`}, svg);
   }
 }
 

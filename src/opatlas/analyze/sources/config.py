@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,9 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, backward_gemms, explain, gemm_of
+from opatlas.analyze.why import WHY_FIRST, WHY_REST, Peaks, explain, gemm_of, pass_gemms
 from opatlas.errors import OpatlasError
 
-# a collective's bus traffic per byte of message (nccl-tests' factors), for n ranks
-_BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-        "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-        "p2p": lambda n: 1.0}
 _LIMITER = {"tp_comm": "communication", "ep_comm": "communication", "p2p": "communication",
             "dp_comm": "communication", "pp_bubble": "bubble"}
 _STAGE_CATEGORIES = ("compute", "tp_comm", "ep_comm", "p2p")  # what one stage's time is made of
@@ -39,6 +36,9 @@ COLUMNS = [
     Column(key="calls", label="calls", role="count", help="calls per optimizer step"),
     Column(key="time_s", label="time", role="estimated", unit="s",
            help="all calls in one step (measured where --measured has the op)"),
+    Column(key="timed_by", label="timed by", role="text",
+           help="what timed an op: the roofline (ops.mode analytical, or an op the data "
+                "lacks), a fitted model (ops.mode data) or a measurement (--measured)"),
     *WHY_FIRST,
     Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
     Column(key="bytes", label="bytes", role="count", unit="B",
@@ -116,7 +116,7 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
     with what loading the config assumed (defaults, presets, links), as ``opatlas estimate``
     says them."""
     from opatlas.estimate import estimate_step
-    from opatlas.estimate.inputs import load_inputs
+    from opatlas.estimate.inputs import load_inputs, with_flags
 
     options = options or ReadOptions()
     given = estimate_inputs(options)
@@ -127,7 +127,7 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
     cfg = load_inputs(config, megatron_args=megatron, gpus=given.get("gpus"),
                       gpus_per_node=given.get("gpus_per_node"), sets=given.get("sets") or (),
                       strict=options.strict, notes=loaded).config
-    cfg = _as_estimate_flags(cfg, options.strict, bool(given.get("analytical")))
+    cfg = with_flags(cfg, options.strict, bool(given.get("analytical")), loaded)
     est = estimate_step(cfg)
     if cfg.ops.mode == "analytical":  # the util and headroom columns then echo the input
         loaded.append(f"ops timed by the roofline at {cfg.ops.compute_efficiency:g} of peak "
@@ -136,13 +136,6 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
                       f"measurements (ops.mode: data, or --measured STORE)")
     est.notes = [*loaded, *est.notes]
     return est
-
-
-def _as_estimate_flags(cfg: Any, strict: bool, analytical: bool) -> Any:
-    """``cfg`` as ``opatlas estimate --strict --analytical`` changes it."""
-    from opatlas.estimate.inputs import with_flags
-
-    return with_flags(cfg, strict, analytical)
 
 
 def estimate_of(analysis: Analysis) -> Any:
@@ -173,7 +166,8 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     columns = list(COLUMNS)
     if options.measured is not None:
         rows = _apply_measured(rows, est, options.measured, options.strict)
-        columns[6:6] = MEASURED_COLUMNS
+        at = [c.key for c in columns].index("time_s") + 1
+        columns[at:at] = MEASURED_COLUMNS
     peaks = _peaks(est)
     total = float(rows["time_s"].sum())
     analysed = explain(rows, peaks, total)
@@ -205,18 +199,37 @@ def slowest_stage(est: Any) -> int:
     return 1 + int(np.argmax(middle)) if middle else 0
 
 
+_DATA_NAMES = {"optimizer": "middleStage_optimizer"}  # a row's op as the data names it
+
+
+def _timed_by(est: Any) -> Callable[[str, str], str]:
+    """(op, pass) -> what the estimator timed that op row by: ``roofline`` (ops.mode
+    analytical, or in ops.mode data an op the data lacks) or ``model``."""
+    if est.config.ops.mode != "data":
+        return lambda op, pass_: "roofline"
+    fallback = est.roofline_ops
+
+    def timed(op: str, pass_: str) -> str:
+        counted = "fwd" if pass_ == "recompute" else pass_
+        return "roofline" if f"{_DATA_NAMES.get(op, op)}/{counted}" in fallback else "model"
+    return timed
+
+
 def _rows(est: Any) -> pd.DataFrame:
     from opatlas.ops.batch import batch_counts
+    from opatlas.ops.collectives import bus_factor
 
     dtype = est.config.training.dtype
     stage = slowest_stage(est)
+    timed_by = _timed_by(est)
     out = []
     for it in est.items:
         row: dict[str, Any] = {"op": it.name, "pass": it.pass_, "category": it.category,
                                "calls": it.calls, "time_s": it.time_s, "shape": dict(it.shape),
                                "group": stage, "gemms": None, "limiter": _LIMITER.get(it.category),
-                               "comm_bound_s": math.nan}
+                               "comm_bound_s": math.nan, "timed_by": None}
         if it.category in ("compute", "optimizer"):
+            row["timed_by"] = timed_by(it.name, it.pass_)
             op = "adam_step" if it.category == "optimizer" else it.name
             counted = "fwd" if it.pass_ == "recompute" else it.pass_
             c = batch_counts(op, pd.DataFrame([{**it.shape, "dtype": dtype}])).iloc[0]
@@ -227,7 +240,7 @@ def _rows(est: Any) -> pd.DataFrame:
                     it.shape.get("passes_bytes_per_param", 0.0))
             g = gemm_of(c)
             if g is not None:
-                row["gemms"] = backward_gemms(g) if it.pass_ == "bwd" else [g]
+                row["gemms"] = pass_gemms(g, it.pass_)
                 row["gemm"] = list(g)
         elif it.pass_ == "comm":
             per_call = float(it.shape.get("bytes", 0.0))
@@ -237,7 +250,9 @@ def _rows(est: Any) -> pd.DataFrame:
             if not (it.category == "dp_comm" and est.config.parallel.dp_overlap):
                 n = int(it.shape.get("ranks", 2))
                 link = est.config.cluster.intra_bw_gbps * 1e9  # the fastest link: a lower bound
-                row["comm_bound_s"] = it.calls * _BUS[it.name](n) * per_call / link
+                # the estimate's p2p is nccl-tests' send_recv: the message crosses once
+                op = "send_recv" if it.name == "p2p" else it.name
+                row["comm_bound_s"] = it.calls * bus_factor(op, n) * per_call / link
         else:
             row["flops"], row["bytes"] = 0.0, 0.0
         out.append(row)
@@ -273,6 +288,7 @@ def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
                          f"(and so does the step time); the timeline (and --trace) show the "
                          f"predicted schedule")
     rows.loc[hit, "time_s"] = rows.loc[hit, "measured_time_s"]
+    rows.loc[hit, "timed_by"] = "measured"
     rows["error"] = (rows["predicted_time_s"] - rows["measured_time_s"]) / rows["measured_time_s"]
     stage_before = rows.loc[rows["category"].isin(_STAGE_CATEGORIES), "predicted_time_s"].sum()
     stage_after = rows.loc[rows["category"].isin(_STAGE_CATEGORIES), "time_s"].sum()

@@ -4,6 +4,12 @@ pass, device and dtype; or, with ``--models DIR``, the models ``opatlas fit --ou
 fitted on their own data, which may hold these rows, so not held out), the roofline and
 Orojenesis bounds, the error and the headroom. Groups are devices.
 
+Collectives (estimate-train-time's ``nccl.*`` samples, opatlas's ``collective.*``) are bounded
+as the config source bounds them: their bus bytes (nccl-tests' factors,
+:func:`opatlas.ops.collectives.bus_factor`) over the fastest link, the intra-node link of the
+device's own system (:func:`opatlas.estimate.presets.preset_for_device`); estimate-train-time's
+``optimizer`` samples as the catalog's AdamW step (``adam_step``) over their parameters.
+
 A device outside the catalog is described by its own rows (:func:`why.empirical_peaks`), said
 in a note; rows under their bound are flagged by :func:`why.explain` and said in one note by
 the API (:func:`opatlas.analyze.api.said_below_bound`)."""
@@ -50,7 +56,8 @@ COLUMNS = [
            help="(predicted - measured) / measured"),
     *WHY_FIRST,
     Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
-    Column(key="bytes", label="bytes", role="count", unit="B"),
+    Column(key="bytes", label="bytes", role="count", unit="B",
+           help="minimum bytes for kernels, message bytes for collectives"),
     *WHY_REST,
     Column(key="shape", label="shape", role="shape"),
 ]
@@ -195,6 +202,9 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     rows["predicted_by"] = "held out"  # or "saved": a model of --models
     rows["gemms"] = None
     rows["gemm"] = None
+    rows["limiter"] = None  # "communication" for collectives; kernels get theirs from explain
+    rows["comm_bound_s"] = np.nan
+    link = _link(device_name)
     jobs = []
     for (op, pass_), idx in rows.groupby(["op", "pass"], sort=False).groups.items():
         sub = shapes.loc[idx].dropna(axis=1, how="all")
@@ -210,6 +220,10 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
                              f"cross-validated instead")
             jobs.append(Job(idx, op, pass_, dev, dtype, sub, rows.loc[idx, "time_s"].to_numpy()))
         _gemms(rows, idx, op, pass_, sub, dtype)
+        bound_said = _collectives(rows, idx, op, sub, word, device_name, link) \
+            or _stands_for(rows, idx, op, pass_, sub, dtype)
+        if said is not None and bound_said and bound_said not in said:
+            said.append(bound_said)
     said_of: dict[int, list[str]] = {}  # by job: pooled jobs end in any order
     for job, predicted, said_here in predict_all(jobs, progress):
         rows.loc[job.key, "predicted_time_s"] = predicted
@@ -228,7 +242,7 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
 
 
 def _explained(rows: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
-    out = explain(rows.assign(limiter=None), peaks)
+    out = explain(rows, peaks)
     out["device_peak_flops_s"], out["device_peak_bytes_s"] = peaks.flops_s, peaks.bytes_s
     return out
 
@@ -260,6 +274,119 @@ def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFra
         if g is not None and pass_ in ("fwd", "bwd"):
             rows.at[i, "gemms"] = backward_gemms(g) if pass_ == "bwd" else [g]
             rows.at[i, "gemm"] = list(g)
+
+
+def _collective(op: str) -> str | None:
+    """The collective a store's op measures, as :func:`opatlas.ops.collectives.bus_factor`
+    names it: opatlas's own (``collective.all_reduce`` ...) or estimate-train-time's NCCL
+    samples (``nccl.allreduce_large`` ...: their file stems, as the estimator reads them);
+    None for any other op."""
+    from opatlas.estimate.comm import Measured
+    from opatlas.ops.collectives import COLLECTIVES
+
+    if op.startswith("collective."):
+        name = op.removeprefix("collective.")
+        return name if name in COLLECTIVES else None
+    stem = op.removeprefix("nccl.")
+    found = [name for name, stems in Measured.NAMES.items() if stem in stems]
+    if not op.startswith("nccl.") or not found:
+        return None
+    return "send_recv" if found[0] == "p2p" else found[0]
+
+
+def _link(device: str) -> tuple[float, str] | None:
+    """(bytes/s, where from) of the fastest link of ``device``: the intra-node link (NVLink)
+    per GPU and direction of the cluster preset built around it (its DGX system's
+    datasheet); None when no preset is."""
+    from opatlas.estimate.presets import preset_for_device
+
+    found = preset_for_device(device)
+    if found is None:
+        return None
+    name, preset = found
+    return preset.intra_bw_gbps * 1e9, (
+        f"{device}: a collective's bound is its bus bytes (nccl-tests' factors) over the "
+        f"intra-node link of its system, {preset.intra_bw_gbps:g} GB/s per GPU and direction "
+        f"(cluster preset {name}: {preset.source}); the fastest link, so the bound of a group "
+        f"across nodes (network {preset.inter_bw_gbps:g} GB/s per GPU) is loose")
+
+
+def _collectives(rows: pd.DataFrame, idx: Any, op: str, shapes: pd.DataFrame, word: int,
+                 device: str, link: tuple[float, str] | None) -> str | None:
+    """Bound the rows ``idx`` of ``op`` if it is a collective: the limiter is communication,
+    ``bytes`` the message, ``comm_bound_s`` its bus bytes over ``link``. Returns what the
+    notes should say (which link, or why there is no bound); None for other ops."""
+    from opatlas.ops.collectives import bus_factor
+
+    name = _collective(op)
+    if name is None:
+        if op.startswith(("nccl.", "collective.")):
+            return (f"{op}: a collective whose bus traffic opatlas does not know (it knows "
+                    f"all-reduce, all-gather, reduce-scatter, all-to-all and point-to-point): "
+                    f"no bound")
+        return None
+    rows.loc[idx, "limiter"] = "communication"
+    sizes = _collective_sizes(op, shapes, rows.loc[idx, "bytes"], word)
+    if sizes is None:
+        return f"{op}: its parameters give no message size or ranks: no bound"
+    ranks, nbytes = sizes
+    rows.loc[idx, "bytes"] = nbytes
+    rows.loc[idx, "flops"] = 0.0
+    if link is None:
+        return (f"no link bandwidth known for device {device} (no cluster preset is built "
+                f"around it): collectives have no bound")
+    factor = np.array([bus_factor(name, max(int(n), 1)) for n in ranks])
+    rows.loc[idx, "comm_bound_s"] = rows.loc[idx, "calls"].to_numpy(float) * factor * nbytes \
+        / link[0]
+    return link[1]
+
+
+def _collective_sizes(op: str, shapes: pd.DataFrame, stored: pd.Series, word: int
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ranks, message bytes) per row: estimate-train-time's NCCL samples give ``shape``
+    elements of their dtype on ``nodes`` x ``GPUsPerNode`` ranks; opatlas's own give
+    ``elements`` on ``world_size`` ranks and store the bytes. None where they lack them."""
+    def col(key: str) -> np.ndarray:
+        return pd.to_numeric(shapes[key], errors="coerce").to_numpy(float)
+
+    if op.startswith("nccl.") and {"shape", "nodes", "GPUsPerNode"} <= set(shapes):
+        return col("nodes") * col("GPUsPerNode"), col("shape") * word
+    if op.startswith("collective.") and {"elements", "world_size"} <= set(shapes):
+        nbytes = stored.to_numpy(float)
+        return col("world_size"), np.where(np.isfinite(nbytes), nbytes, col("elements") * word)
+    return None
+
+
+# store ops the catalog models under another name: estimate-train-time's optimizer samples
+# time an AdamW step over ``params`` parameters (fp32 states), the catalog's adam_step
+STANDS_FOR = {"optimizer": ("adam_step", {"params": "n_params"})}
+
+
+def _stands_for(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFrame,
+                dtype: str) -> str | None:
+    """The FLOPs and bytes the store lacks for the rows ``idx`` of an op of
+    :data:`STANDS_FOR`, from the catalog op it stands for; what the notes should say."""
+    from opatlas.ops.batch import batch_counts
+    from opatlas.ops.transformer import ADAM_BYTES_PER_PARAM
+
+    if op not in STANDS_FOR:
+        return None
+    catalog, names = STANDS_FOR[op]
+    if not set(names) <= set(shapes):
+        return f"{op}: its parameters lack {', '.join(names)}: no bound"
+    params = shapes[list(names)].rename(columns=names).assign(dtype=dtype)
+    try:
+        counts = batch_counts(catalog, params)
+    except Exception as exc:  # a shape the catalog refuses: no counts, no bound
+        return f"{op}: no bound ({catalog}: {exc})"
+    for col, key in (("flops", f"flops_{pass_}"), ("bytes", f"bytes_{pass_}")):
+        if key in counts:
+            have = rows.loc[idx, col]
+            rows.loc[idx, col] = have.where(have.notna(), counts.loc[idx, key])
+    return (f"{op}: counted as the catalog's AdamW step ({catalog} over its "
+            f"{', '.join(names)} parameters: {ADAM_BYTES_PER_PARAM} bytes per parameter, the "
+            f"fp32 parameter, gradient and moments read and written), so its bound is those "
+            f"bytes at the memory bandwidth")
 
 
 def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: float = 0.0
