@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,32 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
         raise OpatlasError(f"op data {source} (--data, or a config's ops.data): no such store "
                           f"file or folder")
     df = df[~df["op"].str.startswith(("nccl.", "collective."))].reset_index(drop=True)
-    return df
+    return with_defaults(df)
+
+
+def with_defaults(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each op's rows on the same parameters: one a spec left out (``mp`` where
+    another spec gave ``mp: [2]``) set to the catalog's default in ``params_json``
+    (:func:`opatlas.sweep.expand.fill_omitted`; the store and its vector ids are unchanged).
+    A row still lacking one (no default) is left out, as it has no value for a feature. Both
+    are said on stderr, once per load."""
+    from opatlas.sweep.expand import fill_omitted, params_json
+
+    texts = df["params_json"].to_numpy(object).copy()
+    keep = np.ones(len(df), dtype=bool)
+    notes: list[str] = []
+    for op, at in df.groupby("op", sort=True).indices.items():
+        fill = fill_omitted(str(op), (json.loads(s) for s in texts[at]))
+        if not (fill.filled or fill.lacking):
+            continue
+        notes += fill.notes(str(op), "row(s) of the data", "left out of the fit")
+        texts[at] = [params_json(p) for p in fill.params]
+        keep[at[fill.incomplete]] = False
+    for note in notes:
+        print(f"opatlas: note: {note}", file=sys.stderr)
+    if not notes:
+        return df
+    return df.assign(params_json=texts)[keep].reset_index(drop=True)
 
 
 def _sample_rows(files: list[Path]) -> pd.DataFrame:
@@ -61,8 +87,15 @@ def _sample_rows(files: list[Path]) -> pd.DataFrame:
 
 
 def shapes_of(df: pd.DataFrame) -> pd.DataFrame:
-    """The parameter columns of a data subset (one op), numeric where possible."""
-    shapes = pd.DataFrame([json.loads(s) for s in df["params_json"]], index=df.index)
+    """The parameter columns of a data subset (one op), numeric where possible; a parameter
+    some rows leave out is the op's catalog default in them (as :func:`with_defaults` has
+    set it in rows from :func:`load_op_data`), never a NaN feature."""
+    from opatlas.sweep.expand import fill_omitted
+
+    rows = [json.loads(s) for s in df["params_json"]]
+    if "op" in df and df["op"].nunique() == 1:
+        rows = fill_omitted(str(df["op"].iloc[0]), rows).params
+    shapes = pd.DataFrame(rows, index=df.index)
     return shapes.drop(columns=[c for c in ("dtype",) if c in shapes])
 
 

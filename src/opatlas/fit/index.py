@@ -18,8 +18,9 @@ import platformdirs
 from opatlas.atomic import atomic_path, write_atomic
 
 # 2: each group lists its named values (categories); 3: repeated shapes merged (as the import
-# does), each group's row count and the range of each numeric parameter
-INDEX_REVISION = "3"
+# does), each group's row count and the range of each numeric parameter; 4: a parameter some
+# rows of an op leave out is its catalog default (fit.data.with_defaults), in ranges too
+INDEX_REVISION = "4"
 
 
 def _source_path(source: str | Path) -> Path:
@@ -50,7 +51,8 @@ def group_key(op: str, pass_: str, device_key: str, dtype: str) -> str:
 
 def _ranges(shapes: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Per numeric parameter, the least and greatest value measured: predictions outside
-    them extrapolate."""
+    them extrapolate. ``shapes`` have their omitted parameters filled (:func:`_build` does):
+    a row without ``mp`` was measured at its default, and counts as such."""
     seen: dict[str, list[float]] = {}
     for s in shapes:
         for k, v in s.items():
@@ -99,6 +101,7 @@ class DataIndex:
 
     def _build(self) -> dict[str, Any]:
         from opatlas.fit.data import data_hash, device_keys, holdings, load_op_data
+        from opatlas.sweep.expand import fill_omitted
 
         frame = load_op_data(self.source)
         keys = device_keys(frame)
@@ -106,7 +109,7 @@ class DataIndex:
         for (op, pass_, dev, dtype), rows in frame.assign(_key=keys).groupby(
                 ["op", "pass", "_key", "dtype"], sort=True):
             rows = rows.drop(columns="_key")
-            shapes = [json.loads(s) for s in rows["params_json"]]
+            shapes = fill_omitted(op, (json.loads(s) for s in rows["params_json"])).params
             params = sorted({k for s in shapes for k in s} - {"dtype"})
             groups[group_key(op, pass_, dev, dtype)] = {"hash": data_hash(rows),
                                                         "params": params,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -34,6 +36,8 @@ class ParamRange(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ParamRange:
+        if not all(math.isfinite(x) for x in (self.start, self.step, self.end)):
+            raise ValueError("start, step and end must be finite numbers")
         if self.mode == "add" and self.step <= 0:
             raise ValueError(f"step must be > 0 for mode add, got {self.step}")
         if self.mode == "mul" and self.step <= 1:
@@ -47,14 +51,24 @@ class ParamRange(BaseModel):
         return self
 
     def values(self) -> list[int | float]:
-        """The inclusive sequence; integers stay integers."""
-        out: list[int | float] = []
-        v = self.start
-        tol = abs(self.end) * 1e-12
-        while v <= self.end + tol:
+        """The inclusive sequence; integers stay integers. Value ``i`` is ``start + i·step``
+        (``start·step**i`` for mul), a float rounded to 12 significant digits: 0.1 + 2·0.1 is
+        0.3, as a list ``[0.3]`` writes it (the same vector id, and ``--where "p == 0.3"``
+        finds it), and an end hit within that rounding is included."""
+        end = _tidy(self.end)
+        out: list[int | float] = [self.start]  # as written: an int start stays an int
+        for i in itertools.count(1):
+            v = _tidy(self.start + i * self.step if self.mode == "add" else
+                      self.start * self.step ** i)
+            if v > end:
+                return out
             out.append(v)
-            v = v + self.step if self.mode == "add" else v * self.step
-        return out
+        return out  # unreachable: a range is finite (its checks above)
+
+
+def _tidy(value: int | float) -> int | float:
+    """A float without its float noise (12 significant digits); an int as it is."""
+    return float(f"{value:.12g}") if isinstance(value, float) else value
 
 
 # A list of mappings ties parameters together: each entry sets all its keys at once (e.g. one

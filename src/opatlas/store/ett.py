@@ -9,6 +9,7 @@ shape sampled more than once in a file is one row over its values (:func:`merge_
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -22,6 +23,7 @@ from opatlas.errors import StoreError
 from opatlas.samples import bundled_dataset, filed_device_name, parse_sample_name
 from opatlas.store.db import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
+from opatlas.sweep.expand import FilledParams, fill_omitted
 
 PRECISIONS = ("fp16", "bf16", "fp32")
 PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur": "step"}
@@ -211,11 +213,15 @@ def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
 
 @dataclasses.dataclass
 class EttExport:
-    """What :func:`export_ett_report` did: the files written, and the result rows left out
-    because they did not succeed (by status: the layout holds times only)."""
+    """What :func:`export_ett_report` did: the files written, the result rows left out
+    because they did not succeed (by status: the layout holds times only), and ``notes``:
+    the parameters filled with the catalog's default, the ok rows that still could not be
+    written (``unwritten`` of them) and the shapes written on more than one line."""
 
     paths: list[Path]
     left_out: dict[str, int]
+    notes: list[str] = dataclasses.field(default_factory=list)
+    unwritten: int = 0
 
     def note(self) -> str | None:
         """One line on the rows left out, or None when none was."""
@@ -224,16 +230,25 @@ class EttExport:
         return (f"left out {_statuses(self.left_out)}: the estimate-train-time layout holds "
                 f"measured times only")
 
+    def messages(self) -> list[str]:
+        """Every line to say: :meth:`note`, then ``notes``."""
+        return [m for m in (self.note(), *self.notes) if m is not None]
+
 
 def _statuses(counts: dict[str, int]) -> str:
     each = ", ".join(f"{status} {k}" for status, k in sorted(counts.items()))
     return f"{sum(counts.values())} result row(s) that did not succeed ({each})"
 
 
+PASS_NAMES = {"fwd": "F_dur(us)", "bwd": "B_dur(us)", "step": "dur(us)"}
+
+
 def export_ett_report(store: Store, outdir: str | Path) -> EttExport:
     """Write results back in upstream's layout: one CSV per (device, op, dtype), shape columns
-    then ``F_dur(us)``/``B_dur(us)`` (or ``dur(us)``) from the median. A store with no ok
-    result is refused (nothing would be written), naming what it holds."""
+    then ``F_dur(us)``/``B_dur(us)`` (or ``dur(us)``) from the median, one line per vector
+    (and backend). A parameter some rows leave out is written as the catalog's default
+    (:func:`opatlas.sweep.expand.fill_omitted`); a row still lacking one (no default) is not
+    written, and counted. A store with no ok result is refused, naming what it holds."""
     df = store.results(expand_params=False)
     failed = df[df["status"] != "ok"]
     left_out = {str(k): int(v) for k, v in failed["status"].value_counts().items()}
@@ -244,27 +259,65 @@ def export_ett_report(store: Store, outdir: str | Path) -> EttExport:
                          f"layout; {held}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    written = []
+    done = EttExport([], left_out)
+    filled: dict[str, FilledParams] = {}
     for (device, op, dtype), g in df.groupby(["device", "op", "dtype"]):
-        params = pd.DataFrame([json.loads(s) for s in g["params_json"]], index=g.index)
-        shape_cols = [c for c in params.columns if c != "dtype"]
-        wide = pd.concat([params[shape_cols], g[["pass"]], g["median_ns"] / 1000.0], axis=1)
-        wide = wide.pivot_table(index=shape_cols, columns="pass", values="median_ns",
-                                aggfunc="first").reset_index()
-        names = {"fwd": "F_dur(us)", "bwd": "B_dur(us)", "step": "dur(us)"}
-        wide = wide.rename(columns=names)
-        cols = shape_cols + [names[p] for p in ("fwd", "bwd", "step") if names[p] in wide]
-        name = op.removeprefix("nccl.")
+        wide, shape_cols, fill = _wide(str(op), g)
+        _tally(filled.setdefault(str(op), FilledParams([])), fill)
+        if wide.empty:
+            continue
+        if shape_cols and (repeated := int(wide.duplicated(shape_cols).sum())):
+            done.notes.append(f"{op} ({device}, {dtype}): {repeated} shape(s) on more than one "
+                              f"line, measured under more than one vector or backend (an "
+                              f"import stores each once, over all its values)")
+        name = str(op).removeprefix("nccl.")
         path = outdir / f"{str(device).replace(' ', '')}_{name}_{dtype}.csv"
-        wide[cols].to_csv(path, index=False)
-        written.append(path)
-    return EttExport(written, left_out)
+        wide.to_csv(path, index=False)
+        done.paths.append(path)
+    for op, fill in filled.items():
+        done.notes += fill.notes(op, "ok result row(s)", "not written (a file's rows all "
+                                                         "need the same shape columns)")
+        done.unwritten += len(fill.incomplete)
+    return done
+
+
+def _wide(op: str, g: pd.DataFrame) -> tuple[pd.DataFrame, list[str], FilledParams]:
+    """One file's table: per (vector, backend), its shape then its time of each pass; the
+    rows left lacking a parameter (see :func:`export_ett_report`) are not in it."""
+    fill = fill_omitted(op, (json.loads(s) for s in g["params_json"]))
+    keep = np.ones(len(g), dtype=bool)
+    keep[fill.incomplete] = False
+    g = g[keep]
+    params = pd.DataFrame([p for p, k in zip(fill.params, keep, strict=True) if k],
+                          index=g.index)
+    shape_cols = [c for c in params.columns if c != "dtype"]
+    if g.empty:
+        return pd.DataFrame(), shape_cols, fill
+    frame = params[shape_cols].assign(_vector=g["vector_id"], _backend=g["backend"])
+    keys = ["_vector", "_backend"]
+    times = g.assign(_vector=g["vector_id"], _backend=g["backend"], _us=g["median_ns"] / 1000.0
+                     ).pivot_table(index=keys, columns="pass", values="_us", aggfunc="first")
+    wide = frame.drop_duplicates(keys).set_index(keys).join(times.rename(columns=PASS_NAMES))
+    wide = wide.reset_index(drop=True)
+    with contextlib.suppress(TypeError):  # a column of numbers and names: the store's order
+        wide = wide.sort_values(shape_cols, kind="stable", ignore_index=True)
+    cols = shape_cols + [PASS_NAMES[p] for p in ("fwd", "bwd", "step") if PASS_NAMES[p] in wide]
+    return wide[cols], shape_cols, fill
+
+
+def _tally(total: FilledParams, one: FilledParams) -> None:
+    """Add one file's fills to an op's, for one line per op."""
+    for k, (v, n) in one.filled.items():
+        total.filled[k] = (v, total.filled.get(k, (v, 0))[1] + n)
+    for k, n in one.lacking.items():
+        total.lacking[k] = total.lacking.get(k, 0) + n
+    total.incomplete += one.incomplete
 
 
 def export_ett(store: Store, outdir: str | Path) -> list[Path]:
-    """:func:`export_ett_report`'s files; the rows it left out are said on stderr."""
+    """:func:`export_ett_report`'s files; what it left out or filled in is said on stderr."""
     done = export_ett_report(store, outdir)
-    if (note := done.note()) is not None:
+    for note in done.messages():
         print(f"opatlas: note: {note}", file=sys.stderr)
     return done.paths
 

@@ -39,6 +39,56 @@ def vector_id(op: str, params: Mapping[str, Any]) -> str:
     return hashlib.sha224(canonical_json({"op": op, **params}).encode()).hexdigest()
 
 
+@dataclass
+class FilledParams:
+    """The parameters of stored rows of one op, each parameter that some rows give and others
+    leave out filled with the op's catalog default (:func:`fill_omitted`)."""
+
+    params: list[dict[str, Any]]
+    filled: dict[str, tuple[Any, int]] = field(default_factory=dict)  # name: (default, rows)
+    lacking: dict[str, int] = field(default_factory=dict)  # no default: rows that leave it out
+    incomplete: list[int] = field(default_factory=list)  # rows still lacking a parameter
+
+    def notes(self, op: str, rows: str, lacking: str) -> list[str]:
+        """One line per parameter filled in, one per parameter that could not be, saying
+        what became of those ``rows`` (``lacking``: "not written", ...)."""
+        out = [f"{op}: {n} {rows} leave out {k}, taken as the catalog's default {k}={v!r} "
+               f"(opatlas ops)" for k, (v, n) in self.filled.items()]
+        out += [f"{op}: {n} {rows} leave out {k}, which other rows give and the catalog has "
+                f"no default for: {lacking}" for k, n in self.lacking.items()]
+        return out
+
+
+def fill_omitted(op: str, params: Iterable[Mapping[str, Any]]) -> FilledParams:
+    """Rows of ``op`` as one table: a parameter a spec left out (``mp`` in one spec, ``mp:
+    [2]`` in another) means the catalog's default (or the value the op's alias fixes). Done
+    where rows are read, never to the stored parameters: vector ids stay as they are. A row
+    left lacking (no default) is listed in ``incomplete``; ``dtype`` is not filled."""
+    rows = [dict(p) for p in params]
+    names = [k for k in dict.fromkeys(k for p in rows for k in p) if k != "dtype"]
+    out = FilledParams(rows)
+    if all(k in p for p in rows for k in names):
+        return out
+    try:
+        cat, fixed = get_op(op)
+        defaults = {**cat.defaults, **fixed}
+    except OpatlasError:  # an op outside the catalog has no defaults
+        defaults = {}
+    for i, p in enumerate(rows):
+        for k in names:
+            if k in p:
+                continue
+            if k in defaults:
+                p[k] = defaults[k]
+                v, n = out.filled.get(k, (defaults[k], 0))
+                out.filled[k] = (v, n + 1)
+            else:
+                out.lacking[k] = out.lacking.get(k, 0) + 1
+                if not out.incomplete or out.incomplete[-1] != i:
+                    out.incomplete.append(i)
+    return out
+
+
 @dataclass(frozen=True)
 class Vector:
     """One point of a sweep: the op (as written in the spec) and its parameters."""
