@@ -25,6 +25,9 @@ def test_bandwidth_above_link_peak_is_flagged_not_trusted():
     df = summarize_samples([row], link_peak_gbps=100.0)  # 4 MiB in 1 µs: ~4 TB/s
     assert df.loc[0, "status"] == "invalid" and "above the link peak" in df.loc[0, "message"]
     assert summarize_samples([row]).loc[0, "status"] == "ok"
+    slow = {**row, "samples_ns": [4e8] * 3}  # 4 MiB in 0.4 s: 10.5 MB/s, shown as such
+    msg = summarize_samples([slow], link_peak_gbps=0.001).loc[0, "message"]
+    assert msg.startswith("bus bandwidth 0.0105 GB/s above the link peak 0.001 GB/s"), msg
 
 
 @pytest.mark.parametrize("nproc", [2, 4])

@@ -88,7 +88,7 @@ def summarize_samples(rows: list[dict], link_peak_gbps: float | None = None) -> 
         status = "ok" if r["correct"] and not above else ("invalid" if above else "error")
         message = r.get("message", "")
         if above:
-            message = (f"bus bandwidth {bus / 1e9:.1f} GB/s above the link peak "
+            message = (f"bus bandwidth {bus / 1e9:.3g} GB/s above the link peak "
                        f"{link_peak_gbps:g} GB/s: not a trustworthy measurement")
         out.append({**{k: r[k] for k in ("op", "elements", "bytes", "world_size", "dtype",
                                          "backend", "samples_ns")},
