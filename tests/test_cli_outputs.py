@@ -53,3 +53,16 @@ def test_calibrate_report_csv_to_standard_output(capfd, tmp_path):
         main(["calibrate", "--groups", "10", "--report-csv", "-", "--report", "--out", str(out)])
     assert exc.value.code == 2
     assert "--report-csv - and --report" in capfd.readouterr().err
+
+
+def test_an_empty_json_export_imports_as_no_rows(tmp_path, capsys):
+    """An empty SLURM part exported as JSON is ``[]`` (no columns): it merges as 0 rows, as an
+    empty CSV or Parquet export does."""
+    from conftest import cli_in_process
+
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    code, out, err = cli_in_process(capsys, "import", "results", str(empty), "--store",
+                                    str(tmp_path / "m.duckdb"))
+    assert code == 0, err
+    assert "added 0 rows" in out + err

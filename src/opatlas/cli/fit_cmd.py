@@ -28,11 +28,19 @@ def fit(
                                                         "without an extension): save the fitted "
                                                         "models. reshard: a .csv (or a name "
                                                         "without an extension) for the models."),
-    shards: int = typer.Option(1, "--shards", min=1, help="reshard: split the CSV into N files."),
+    device: str | None = typer.Option(None, "--device", help="Only the rows measured on this "
+                                                             "device (any name of a catalog "
+                                                             "device, or a name the data "
+                                                             "holds); default: all."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Only the rows in this precision "
+                                                           "(fp16, bf16, fp32); default: all."),
+    shards: int | None = typer.Option(None, "--shards", min=1,
+                                      help="reshard: split the CSV into N files (default 1)."),
     group_by: list[str] | None = typer.Option(
         None, "--group-by", help="reshard: group columns (repeatable; default in_grid, out_grid, "
                                  "group)."),
-    size_col: str = typer.Option("tiles", "--size", help="reshard: the size column (x)."),
+    size_col: str | None = typer.Option(None, "--size", help="reshard: the size column (x; "
+                                                             "default tiles)."),
     time_col: str | None = typer.Option(None, "--time", help="reshard: the time column (y; "
                                                              "default y or duration_ns)."),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the ett baseline."),
@@ -48,29 +56,32 @@ def fit(
 
         opatlas fit --split extrapolate:dim:0.2 --json
 
+        opatlas fit --data my.duckdb --device A100 --dtype bf16
+
         opatlas fit --data my.duckdb --recipe reshard --out models.csv --shards 12
 
         opatlas fit --data runs.csv --recipe reshard --group-by kernel --size bytes --time ns
     """
-    from rich import box
-    from rich.table import Table
-
-    from opatlas.console import make_console, print_wide
     from opatlas.fit.data import alias_rows, load_op_data
 
     _check_fit_request(recipe, split)
+    _check_recipe_options(recipe, {"--shards": shards, "--group-by": group_by,
+                                   "--size": size_col, "--time": time_col},
+                          {"--op": op, "--device": device, "--dtype": dtype,
+                           "--no-baseline": no_baseline or None})
     _check_fit_out(out, recipe)
     if recipe == "reshard":
-        _fit_reshard(data, out, shards, as_json, split, group_by or None, size_col, time_col)
+        _fit_reshard(data, out, shards or 1, as_json, split, group_by or None,
+                     size_col or "tiles", time_col)
         return
     from opatlas.fit.evaluate import evaluate_all
-    from opatlas.predict.predictor import ETT_NAMES
 
-    frame = load_op_data(data)
-    ops = [ETT_NAMES.get(o, o) for o in op] if op else None  # catalog names as predict takes
-    if ops:
-        frame, said = alias_rows(frame, ops)
-        for note in said:
+    frame = _only_device(load_op_data(data), data, device, dtype)
+    ops = None
+    if op:
+        ops, said = _data_op_names(op, set(frame["op"].unique()))
+        frame, found = alias_rows(frame, ops)
+        for note in (*said, *found):
             typer.echo(f"opatlas: note: {note}", err=True)
     # never empty: evaluate_all refuses a request that leaves nothing, saying why
     evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
@@ -81,28 +92,125 @@ def fit(
         from opatlas.tables import write_table
 
         write_table(pd.DataFrame(rows), out, "--out")
-        typer.echo(f"wrote the metrics of {len(rows)} (op, pass) pairs to {out}",
-                   err=as_json)
+        keys = _which(rows)
+        typer.echo(f"wrote the metrics of {len(rows)} (op, pass{keys}) "
+                   f"{'groups' if keys else 'pairs'} to {out}", err=as_json)
     elif out is not None:
         _save_models(frame, data, recipe, out, {(r["op"], r["pass"]) for r in rows}, as_json)
     if as_json:
         typer.echo(json.dumps(rows))
         return
+    _print_fit_table(rows, split)
+
+
+def _print_fit_table(rows: list[dict], split: str) -> None:
+    """The held-out errors, one row per (op, pass), with a device and a dtype column where the
+    rows span several (else the title names the one they share)."""
+    from rich import box
+    from rich.table import Table
+
+    from opatlas.console import make_console, print_wide
+
+    varying = [k for k in ("device", "dtype") if len({r[k] for r in rows}) > 1]
+    shared = " ".join(str(rows[0][k]) for k in ("device", "dtype") if k not in varying)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
-                  title=f"held-out errors (%): {rows[0]['recipe']}, split {split}")
+                  title=f"held-out errors (%): {rows[0]['recipe']}, split {split}"
+                        f"{f', {shared}' if shared else ''}")
     table.add_column("op", overflow="fold", min_width=8)
-    for name in ("pass", "train", "test", "MAPE", "RMSRE", "ett", "twins", "floor", "ours"):
-        table.add_column(name, no_wrap=True, justify="left" if name == "pass" else "right")
+    for name in (*varying, "pass", "train", "test", "MAPE", "RMSRE", "ett", "twins", "floor",
+                 "ours"):
+        table.add_column(name, no_wrap=True,
+                         justify="left" if name in ("pass", *varying) else "right")
     for r in rows:
-        table.add_row(r["op"], r["pass"], str(r["n_train"]), str(r["n_test"]), _pct(r["mape"]),
-                      _pct(r["rmsre"]), _pct(r["baseline_mape"]), str(r["twin_n"]),
-                      _pct(r["twin_mape"]), _pct(r["twin_model_mape"]))
+        table.add_row(r["op"], *(str(r[k]) for k in varying), r["pass"], str(r["n_train"]),
+                      str(r["n_test"]), _pct(r["mape"]), _pct(r["rmsre"]),
+                      _pct(r["baseline_mape"]), str(r["twin_n"]), _pct(r["twin_mape"]),
+                      _pct(r["twin_model_mape"]))
     print_wide(table)
     make_console().print(f"{_counts_note(rows)}; r², max error: --json. ett: "
                     "estimate-train-time's models on the same split. twins: test rows whose "
                     "kernel work also appears in training; floor: the MAPE of predicting those by "
                     "their training twins' mean (the data's own noise); ours: this model on the "
                     "same rows.", style="dim")
+
+
+def _which(rows: list[dict]) -> str:
+    """", device, dtype" for the keys that tell the rows apart beyond (op, pass)."""
+    return "".join(f", {k}" for k in ("device", "dtype") if len({r[k] for r in rows}) > 1)
+
+
+def _check_recipe_options(recipe: str, reshard_only: dict, op_only: dict) -> None:
+    """Refuse options the recipe would ignore: the reshard recipe's own under another recipe,
+    the op models' (``--op``, ``--device``...) under reshard. ``None`` means not given."""
+    given = [k for k, v in (op_only if recipe == "reshard" else reshard_only).items()
+             if v is not None and v != []]
+    if not given:
+        return
+    verb = "applies" if len(given) == 1 else "apply"
+    if recipe == "reshard":
+        from opatlas.fit.recipes import RECIPES
+
+        raise OpatlasError(f"{', '.join(given)} {verb} only to the op models (--recipe "
+                           f"{' | '.join(RECIPES)}); --recipe reshard fits per-group lines to "
+                           f"reshard results (it takes --shards, --group-by, --size, --time)")
+    raise OpatlasError(f"{', '.join(given)} {verb} only to --recipe reshard (this is --recipe "
+                       f"{recipe})")
+
+
+def _only_device(frame, data: str, device: str | None, dtype: str | None):
+    """``frame``'s rows on ``device`` (any of its names) in ``dtype``, each when given; none
+    left is refused, naming what the data holds."""
+    if device is None and dtype is None:
+        return frame
+    import numpy as np
+
+    from opatlas.devices import device_key
+    from opatlas.fit.data import device_keys, holdings
+    from opatlas.predict import check_dtype
+
+    keep = np.ones(len(frame), dtype=bool)
+    if dtype is not None:
+        check_dtype(dtype, "--dtype")
+        keep = keep & (frame["dtype"] == dtype).to_numpy()
+    if device is not None:
+        keep = keep & (device_keys(frame) == device_key(device)).to_numpy()
+    if not keep.any():
+        asked = " ".join(f"--{k} {v}" for k, v in (("device", device), ("dtype", dtype)) if v)
+        raise OpatlasError(f"{asked}: the op data {data} has no such rows; it holds: "
+                           f"{holdings(frame)}")
+    return frame[keep].reset_index(drop=True)
+
+
+def _data_op_names(names: list[str], have: set[str]) -> tuple[list[str], list[str]]:
+    """Each ``--op`` as the data names it, taken as ``opatlas predict`` takes it: a name the
+    data holds stays; another name of the same catalog op takes the data's (flash_attention:
+    flash_atten, and back); ``linear`` with no role is its default role's linear (linear1,
+    role qkv) in data that files linears by role. A name fixing parameters of an op the data
+    holds (linear1 of a store's linear rows) stays for :func:`alias_rows`. A note says each
+    name mapped."""
+    from opatlas.ops.registry import filed_as
+    from opatlas.predict.predictor import ETT_NAMES, LINEAR_ROLES, default_linear_role
+
+    out, notes = [], []
+    for name in names:
+        found = name
+        if name in have:
+            pass
+        elif name == "linear":  # its role defaults to qkv: linear3 (ffn_up) is another op
+            if LINEAR_ROLES[role := default_linear_role()] in have:
+                found = LINEAR_ROLES[role]
+                notes.append(f"--op linear: no role given; fitting its default role {role} "
+                             f"(the data's {found!r}; --op "
+                             f"{', '.join(v for v in LINEAR_ROLES.values() if v != found)} "
+                             f"are the other roles)")
+        elif ETT_NAMES.get(name) in have:
+            found = ETT_NAMES[name]
+        elif len(same := [s for s, values in filed_as(name, sorted(have)) if not values]) == 1:
+            found = same[0]
+        if found != name and name != "linear":
+            notes.append(f"--op {name}: the data files it as {found!r}")
+        out.append(found)
+    return list(dict.fromkeys(out)), notes
 
 
 def _counts_note(rows: list[dict]) -> str:
@@ -184,6 +292,10 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
     """Per-group linear models (the seed's fit_models.py) with in-sample and held-out metrics."""
     from opatlas.fit.linear import RESHARD_GROUPS, fit_linear_groups, heldout_linear_groups, write_models_csv
 
+    if data == "bundled":
+        raise OpatlasError("--recipe reshard needs --data STORE|CSV of reshard results (opatlas "
+                           "run of the reshard op, or a CSV of them); the default --data "
+                           "bundled is the A100 op data, which holds none")
     path = Path(data)
     df = _reshard_data(path)
     groups = list(group_by or RESHARD_GROUPS)
@@ -220,6 +332,9 @@ def _reshard_data(path: Path):
     refused, naming the ops it holds (a CSV's missing columns are named by the caller)."""
     import pandas as pd
 
+    if path.is_dir():  # estimate-train-time's folders hold op samples, not reshards
+        raise OpatlasError(f"--recipe reshard: --data {path} is a folder; it takes a store or "
+                           f"a CSV of reshard results")
     if path.suffix == ".csv":
         return pd.read_csv(path)
     from opatlas.store import Store
@@ -306,7 +421,6 @@ def predict(
         raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
                            f"{', '.join(pred.ops())}")
     passes = _fittable(pred, name, passes)
-    _fit_with_progress(pred, name, passes)
     filled = {k: v for p in passes for k, v in pred.shape_defaults(name, list(columns), p).items()}
     if filled:
         params.update(filled)
@@ -320,6 +434,7 @@ def predict(
         pred.check_shape(name, list(row), pass_, unknown_ok=False)
         check_valid(name, row)
     pred.check_range(name, row, passes)
+    _fit_with_progress(pred, name, passes)  # after the shape's checks: a bad one costs no fit
     for pass_ in passes:
         out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
     if as_json:

@@ -69,11 +69,12 @@ def results(
         total = st.count_results(op, status, params)
         df = st.results(op=op, status=status, params=params,
                         limit=limit if fmt == "table" and limit else None)
+        varying = _varying(st, op, status) if fmt == "table" else []
         if total == 0 and op is not None and op not in (ops := st.ops()):
             typer.echo(f"note: the store has no op {op!r}; it has {', '.join(ops) or 'none'}",
                        err=True)
     if fmt == "table":
-        _print_table(df, limit, out, total)
+        _print_table(df, limit, out, total, varying)
     elif fmt == "csv":
         text = df.to_csv(index=False)
         _emit(text, out)
@@ -157,15 +158,28 @@ def _nonzero(value: object) -> bool:
     return _known(value) and bool(value)
 
 
-def _print_table(df, limit: int, out: Path | None, total: int) -> None:
+def _varying(st: Store, op: str | None, status: str | None) -> list[str]:
+    """Which of device and dtype take several values in the rows asked for (``--op``,
+    ``--status``): the table shows those, else a shape's rows on each read the same."""
+    where = " AND ".join(c for c, v in (("op = ?", op), ("status = ?", status)) if v)
+    counts = st.con.execute(f"SELECT count(DISTINCT device), count(DISTINCT dtype) FROM "
+                            f"results{f' WHERE {where}' if where else ''}",
+                            [v for v in (op, status) if v]).fetchall()[0]
+    return [k for k, n in zip(("device", "dtype"), counts, strict=True) if n > 1]
+
+
+def _print_table(df, limit: int, out: Path | None, total: int,
+                 varying: list[str] | None = None) -> None:
+    """``varying``: the columns (device, dtype) to show, those the rows differ in."""
     from rich.console import Console
     from rich.table import Table
 
     from opatlas.console import print_wide
 
+    varying = varying or []
     shown_note = f" (first {len(df)} shown; --limit 0 for all)" if len(df) < total else ""
-    table = Table("op", "pass", "params", "status", "median µs", "± std %", "n", "GFLOP/s",
-                  title=f"{total} result rows{shown_note}")
+    table = Table("op", "pass", *varying, "params", "status", "median µs", "± std %", "n",
+                  "GFLOP/s", title=f"{total} result rows{shown_note}")
     shown = df if limit == 0 else df.head(limit)
     for _, r in shown.iterrows():
         params = json.loads(r["params_json"])
@@ -176,8 +190,8 @@ def _print_table(df, limit: int, out: Path | None, total: int) -> None:
                   if ok and _nonzero(r["mean_ns"]) and _known(r["std_ns"]) else "-")
         rate = (f"{r['flops'] / r['median_ns']:.2f}"
                 if ok and _nonzero(r["median_ns"]) and _nonzero(r["flops"]) else "-")
-        table.add_row(r["op"], r["pass"], short, r["status"], med, spread,
-                      str(int(r["repeats"])), rate)
+        table.add_row(r["op"], r["pass"], *(str(r[k]) for k in varying), short, r["status"],
+                      med, spread, str(int(r["repeats"])), rate)
     if out is None:
         print_wide(table)
         return

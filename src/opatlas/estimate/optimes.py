@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from opatlas.devices import Device, find_device
-from opatlas.errors import OpatlasError, TooFewRows
+from opatlas.errors import InvalidShape, OpatlasError, TooFewRows
 from opatlas.ops.batch import count_columns
 
 
@@ -61,6 +61,8 @@ class DataTimes(RooflineTimes):
         except TooFewRows:
             self.too_few.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
+        except InvalidShape:
+            raise  # the estimate built a shape no op takes: a defect, not missing data
         except OpatlasError:
             self.fallbacks.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)

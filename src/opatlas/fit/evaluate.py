@@ -48,6 +48,8 @@ class Evaluation:
     twin_mape: float | None = None
     twin_model_mape: float | None = None
     n_folds: int = 1
+    device: str = ""
+    dtype: str = ""
 
     def as_json(self) -> dict:
         d = asdict(self)
@@ -109,35 +111,41 @@ def _counts(train_sizes: list[int], n_test: int) -> dict[str, int]:
             "n_folds": len(train_sizes)}
 
 
-def _folds(op: str, pass_: str, shapes: pd.DataFrame, split: str
-           ) -> list[tuple[np.ndarray, np.ndarray]]:
+def _folds(label: str, shapes: pd.DataFrame, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """The split's folds, each training on at least ``MIN_FIT_ROWS`` rows (as ``predict``
-    needs to fit a model), else :class:`TooFewRows` naming the op, pass and counts."""
+    needs to fit a model), else :class:`TooFewRows` naming the group (``label``: op/pass)
+    and counts."""
     try:
         folds = list(iter_splits(shapes, split))
     except OpatlasError as exc:  # this group's values (too few distinct ones, K > rows)
-        raise TooFewRows(f"{op}/{pass_}: {str(exc).removeprefix(f'split {split!r}: ')}"
-                         ) from None
+        raise TooFewRows(f"{label}: {str(exc).removeprefix(f'split {split!r}: ')}") from None
     least = min((len(train) for train, _ in folds), default=0)
     if least < MIN_FIT_ROWS:
-        raise TooFewRows(f"{op}/{pass_}: trains on {least} of its {len(shapes)} rows")
+        raise TooFewRows(f"{label}: trains on {least} of its {len(shapes)} rows")
     return folds
 
 
+def group_label(op: str, pass_: str, device: str, dtype: str, several: bool) -> str:
+    """``op/pass``, and the device and dtype when the data holds ``several`` (else notes on
+    an op's fp32 and bf16 groups read the same)."""
+    return f"{op}/{pass_}" + (f" ({device} {dtype})" if several else "")
+
+
 def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = True,
-                   device: Device | None = None) -> Evaluation:
+                   device: Device | None = None, label: str | None = None) -> Evaluation:
     """``df``: rows of one (op, pass, device, dtype) from :func:`load_op_data`; ``device``:
     its catalog entry (default: looked up, or derived from ``df`` when the catalog lacks it).
     A split leaving a fold fewer than ``MIN_FIT_ROWS`` rows to fit on raises
-    :class:`TooFewRows`."""
+    :class:`TooFewRows`, naming the group as ``label`` (default op/pass)."""
     op, pass_, name, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
     shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
-    folds = _folds(op, pass_, shapes, split)
+    folds = _folds(label or f"{op}/{pass_}", shapes, split)
     device = device or data_device(df, name, dtype)
     keys = work_keys(op, pass_, shapes, device, dtype)
     metrics, counts, used, floor = _cv(recipe, op, pass_, device, dtype, shapes, y, folds,
                                        keys)
-    ev = Evaluation(op, pass_, used, split, **counts, **metrics, **floor)
+    ev = Evaluation(op, pass_, used, split, **counts, **metrics, **floor, device=str(name),
+                    dtype=str(dtype))
     if baseline and recipe != "ett":
         base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, folds)
         ev.baseline_mape, ev.baseline_rmsre = base["mape"], base["rmsre"]
@@ -183,16 +191,18 @@ def evaluate_all(data: pd.DataFrame, recipe: str = "hybrid", split: str = "rando
     ``progress``: show the fits' progress on stderr (a bar on a terminal, else log lines)."""
     cols = _check_request(data, split, ops)
     todo, skipped = [], []
+    several = len(data[["device", "dtype"]].drop_duplicates()) > 1
     for (op, pass_, name, dtype), g in data.groupby(["op", "pass", "device", "dtype"],
                                                     sort=True):
         if ops and op not in ops:
             continue
+        label = group_label(op, pass_, name, dtype, several)
         if len(g) < MIN_FIT_ROWS:
-            skipped.append(f"{op}/{pass_}: {len(g)} rows")
+            skipped.append(f"{label}: {len(g)} rows")
         elif missing := [c for c in cols if c not in shapes_of(g.head(1))]:
-            skipped.append(f"{op}/{pass_}: no {', '.join(missing)}")
+            skipped.append(f"{label}: no {', '.join(missing)}")
         else:
-            todo.append((name, dtype, g.reset_index(drop=True)))
+            todo.append((name, dtype, label, g.reset_index(drop=True)))
     out = _evaluate_each(data, todo, recipe, split, baseline, skipped, progress)
     need = f"a model is fitted on at least {MIN_FIT_ROWS} rows" + \
         (f", and the split needs {', '.join(cols)}" if cols else "")
@@ -217,15 +227,16 @@ def _evaluate_each(data: pd.DataFrame, todo: list, recipe: str, split: str, base
     bar = Progress(len(todo), label=f"fit {recipe}", unit="models",
                    log_every=max(1, len(todo) // 10)) if progress and todo else None
     with bar or nullcontext():
-        for name, dtype, g in todo:
+        for name, dtype, label, g in todo:
             if (name, dtype) not in devices:  # an unknown device: described by all its data
                 devices[name, dtype] = data_device(data, name, dtype)
             status = "ok"
             try:
-                out.append(evaluate_group(g, recipe, split, baseline, devices[name, dtype]))
+                out.append(evaluate_group(g, recipe, split, baseline, devices[name, dtype],
+                                          label))
             except TooFewRows as exc:
                 skipped.append(str(exc))
                 status = "skipped"
             if bar is not None:
-                bar.advance(status, detail=f"{g['op'].iloc[0]} {g['pass'].iloc[0]}")
+                bar.advance(status, detail=label.replace("/", " "))
     return out

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, take
+from opatlas.columns import Columns, as_columns, distinct_rows, is_numeric, n_rows, take
 from opatlas.devices import Device, device_key, find_device
-from opatlas.errors import OpatlasError, TooFewRows
+from opatlas.errors import InvalidShape, OpatlasError, TooFewRows
 from opatlas.fit.index import DataIndex, group_key
 from opatlas.fit.recipes import MIN_FIT_ROWS, RECIPE_REVISION, OpModel, make_model
 from opatlas.fit.registry import SAVED_ORDER, ModelRegistry
@@ -242,8 +242,9 @@ class Predictor:
     def shape_params(self, op: str, pass_: str = "fwd", device: str | None = None,
                      dtype: str | None = None) -> tuple[list[str], list[str]]:
         """(the parameters the data measured ``op`` at: each shape needs them, the extra ones
-        the catalog's counts of the op also take, such as ``ffn`` or ``kv_heads``)."""
-        self.model(op, pass_, device, dtype)
+        the catalog's counts of the op also take, such as ``ffn`` or ``kv_heads``). They come
+        from the data's index: no model is fitted to answer."""
+        self._model(op, pass_, device, dtype, fit=False)
         need = self._params[(op, pass_, device_key(device or self.device), dtype or self.dtype)]
         try:
             from opatlas.ops.registry import get_op
@@ -339,12 +340,14 @@ class Predictor:
                 | Sequence[Mapping], *, device: str | None = None, dtype: str | None = None,
                 pass_: str = "fwd") -> np.ndarray:
         """Times in µs, one per shape (row): a DataFrame, columns, one shape's mapping of
-        values or a sequence of row mappings."""
+        values or a sequence of row mappings. A shape ``opatlas predict --shape`` refuses
+        (``b=0``, ``dim`` not a multiple of ``mp``...) raises :class:`InvalidShape`."""
         name, table = self.resolve_op(op, as_columns(shapes))
         model = self.model(name, pass_, device, dtype)
         self.check_shape(name, list(table), pass_, device, dtype)
-        self._say_unmeasured(name, pass_, table, device, dtype)
         first, codes = distinct_rows(table)
+        check_values(name, table, first)
+        self._say_unmeasured(name, pass_, table, device, dtype)
         if len(first) == n_rows(table):
             return model.predict(table)
         return model.predict(take(table, first))[codes]
@@ -460,10 +463,10 @@ def default_linear_role() -> str:
     return str(get_op("linear")[0].defaults["role"])
 
 
-def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
-    """``["mp=2", "b=4", ...]`` (or ``["mp=2,b=4", ...]``) -> a shape: numbers (≥ 0, finite)
-    for every parameter except the catalog's named ones (``role``, ``stage``, ...); each
-    problem, a parameter given twice too, is one clear error."""
+def _param_kinds(op: str) -> tuple[set[str], set[str], dict[str, Any]]:
+    """(the op's named parameters, taken as text: ``role``, ``stage``...; those taking whole
+    numbers: sizes and splits, and what the catalog declares with an int default; the
+    catalog's defaults and fixed values). An op outside the catalog: no more than sizes."""
     from opatlas.ops.base import SIZE_PARAMS
     from opatlas.ops.registry import get_op
 
@@ -473,10 +476,34 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     except OpatlasError:
         known = {}
     named = {k for k, v in known.items() if isinstance(v, str)} | {"role", "dtype"}
-    # whole numbers: sizes and splits, and what the catalog declares with an int default
-    # (a float default such as dropout's p=0.1 keeps its parameter fractional)
+    # a float default such as dropout's p=0.1 keeps its parameter fractional
     whole = SIZE_PARAMS | {k for k, v in known.items()
                            if isinstance(v, int) and not isinstance(v, bool)}
+    return named, whole, known
+
+
+def number_problem(k: str, num: float, whole: bool, zero_ok: bool = False,
+                   shown: str | None = None) -> str | None:
+    """What is wrong with ``num`` as the value of parameter ``k`` (None: nothing): numbers are
+    finite and ≥ 0, a size or a split > 0 (unless ``zero_ok``: its default 0 means "not
+    given"), and ``whole`` ones whole. ``shown``: the value as the user wrote it."""
+    from opatlas.ops.base import SIZE_PARAMS
+
+    if not np.isfinite(num) or num < 0:
+        least = "> 0 (a size or a split)" if k in SIZE_PARAMS else ">= 0"
+        return f"{k} must be a finite number {least}"
+    if num == 0 and k in SIZE_PARAMS and not zero_ok:  # no work, or a division by zero
+        return f"{k} is a size or a split, it must be > 0"
+    if whole and not float(num).is_integer():  # the op would truncate it, unsaid
+        return f"{k} takes a whole number, not {shown if shown is not None else f'{num:g}'}"
+    return None
+
+
+def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
+    """``["mp=2", "b=4", ...]`` (or ``["mp=2,b=4", ...]``) -> a shape: numbers (≥ 0, finite)
+    for every parameter except the catalog's named ones (``role``, ``stage``, ...); each
+    problem, a parameter given twice too, is one clear error."""
+    named, whole, _ = _param_kinds(op)
     params: dict[str, Any] = {}
     for item in (part for given in items for part in given.split(",") if part.strip()):
         k, sep, v = (x.strip() for x in item.partition("="))
@@ -492,15 +519,54 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
             num = float(v)
         except ValueError:
             raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
-        if not np.isfinite(num) or num < 0:
-            least = "> 0 (a size or a split)" if k in SIZE_PARAMS else ">= 0"
-            raise OpatlasError(f"--shape {item!r}: {k} must be a finite number {least}")
-        if num == 0 and k in SIZE_PARAMS:  # no work, or a division by zero
-            raise OpatlasError(f"--shape {item!r}: {k} is a size or a split, it must be > 0")
-        if k in whole and not num.is_integer():  # the op would truncate it, unsaid
-            raise OpatlasError(f"--shape {item!r}: {k} takes a whole number, not {v}")
+        if problem := number_problem(k, num, k in whole, shown=v):
+            raise OpatlasError(f"--shape {item!r}: {problem}")
         params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
     return params
+
+
+def check_values(op: str, table: Columns, first: np.ndarray | None = None) -> None:
+    """Raise :class:`InvalidShape` at the first row of ``table`` that ``opatlas predict
+    --shape`` would refuse: a number that is infinite, negative, zero for a size (one whose
+    catalog default is 0, "not given", excepted) or fractional where whole; or a shape the
+    catalog's rules reject (``dim % mp != 0``). NaN is a row leaving the key out (as
+    :mod:`opatlas.columns` reads rows), left to the op's default. ``first``: one row per
+    distinct shape (the rules run once per shape; the number checks are vectorised)."""
+    from opatlas.ops.base import SIZE_PARAMS
+
+    named, whole, known = _param_kinds(op)
+    n = n_rows(table)
+    for k, values in table.items():
+        if k in named or not is_numeric(values):
+            continue
+        arr = values.astype(float)
+        zero_ok = known.get(k) == 0 and not isinstance(known.get(k), bool)
+        finite = np.isfinite(arr)
+        bad = (~finite & ~np.isnan(arr)) | (arr < 0)  # NaN: a row leaving the key out
+        if k in SIZE_PARAMS and not zero_ok:
+            bad |= arr == 0
+        if k in whole:
+            bad |= np.where(finite, arr, 0) % 1 != 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            problem = number_problem(k, float(arr[i]), k in whole, zero_ok)
+            raise InvalidShape(f"op {op!r}: {_row_name(i, n)}{k}={_shown(values[i])}: "
+                               f"{problem}")
+    for i in range(n) if first is None else first.tolist():
+        row = {k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in table.items()
+               if not (isinstance(v[i], float | np.floating) and np.isnan(v[i]))}
+        try:
+            check_valid(op, row)
+        except OpatlasError as exc:
+            raise InvalidShape(f"{_row_name(i, n)}{exc}" if n > 1 else str(exc)) from None
+
+
+def _row_name(i: int, n: int) -> str:
+    return f"row {i} of {n}: " if n > 1 else ""
+
+
+def _shown(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float | np.floating) else str(v)
 
 
 def check_valid(op: str, params: Mapping[str, Any]) -> None:

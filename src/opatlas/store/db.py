@@ -556,6 +556,8 @@ class Store:
         from opatlas.store.checks import check_results
 
         df = read_exported(Path(path))
+        if df.empty and not len(df.columns):  # an empty JSON export ([]) names no columns
+            return 0
         missing = [c for c in RESULT_COLUMNS if c not in df.columns]
         if missing:
             raise StoreError(f"{path} lacks result column(s) {missing}")
