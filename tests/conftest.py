@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,33 @@ def playwright_or_skip() -> Any:
     if not Path(CHROMIUM).exists():
         pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
     return sync_api
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@contextlib.contextmanager
+def report_page(path: Path, viewport: dict[str, int] | None = None,
+                console_errors: bool = False) -> Iterator[tuple[Any, list[str]]]:
+    """(the page of the HTML file ``path`` in headless Chromium, the JavaScript errors it
+    raised: the caller asserts the list is empty where it should be); ``console_errors``
+    also collects what the page logs as errors. Skipped where Playwright or Chromium is
+    missing."""
+    sync_api = playwright_or_skip()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport=viewport) if viewport else browser.new_page()
+            errors: list[str] = []
+            if console_errors:
+                page.on("console", lambda m: errors.append(m.text) if m.type == "error"
+                        else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.as_uri())
+            yield page, errors
+        finally:
+            browser.close()
 
 
 def two_device_csv(csv: Path, tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import CHROMIUM, REPO, playwright_or_skip
+from conftest import REPO, report_page
 from opatlas.analyze import Analysis, api
 from opatlas.analyze.html import frontier_of_heaviest_gemm, summed_frontier
 from opatlas.analyze.why import TIMED_BY_WHY, backward_gemms, below_bound_notes
@@ -20,8 +20,6 @@ from opatlas.estimate import estimate_step, load_config
 from opatlas.store import Store
 from opatlas.store.db import ResultRow
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SELENE = REPO / "examples" / "megatron" / "selene-gpt-1.7b.args"
 
 
@@ -78,14 +76,8 @@ def test_summed_frontier_is_the_pointwise_sum_of_the_kernels():
 
 
 def test_report_draws_the_backward_frontier_it_says(tmp_path, llama):
-    sync_api = playwright_or_skip()
     report = api.write_html(llama, tmp_path / "r.html")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(report.as_uri())
+    with report_page(report, {"width": 1280, "height": 900}) as (page, errors):
         page.wait_for_selector("svg#frontier polyline.frontier")
         assert errors == []
         svg = page.locator("svg#frontier")
@@ -103,7 +95,6 @@ def test_report_draws_the_backward_frontier_it_says(tmp_path, llama):
         line = svg.locator("polyline.frontier").get_attribute("points")
         heights = {round(float(pt.split(",")[1]), 6) for pt in line.split()}
         assert round(cy, 6) in heights
-        browser.close()
 
 
 def test_a_roofline_backward_moves_what_its_two_kernels_must():

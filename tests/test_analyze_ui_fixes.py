@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import CHROMIUM, cli_in_process, one_error, playwright_or_skip, two_device_csv
+from conftest import cli_in_process, one_error, report_page, two_device_csv
 from opatlas.analyze import Analysis, Column, Source, api
 from opatlas.analyze.tables import fmt, header, summary_items
 from opatlas.errors import OpatlasError
@@ -21,8 +21,6 @@ from opatlas.errors import OpatlasError
 TT = Path(__file__).parent / "data" / "tenstorrent"
 CSV = TT / "ops_perf_results_2025_09_18_11_39_20.csv"
 NETLIST = TT / "resnet50_hifi3_fp16b.netlist.yaml"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 NS = Column(key="device_time_ns", label="Device Time", role="measured", unit="ns")
 CYCLES = Column(key="kernel_cycles", label="kernel", role="measured", unit="cycles")
@@ -75,23 +73,16 @@ def test_terminal_app_shows_nanoseconds_as_times():
 
 
 def test_report_shows_lists_as_lists_and_formats_as_the_terminal(tmp_path):
-    sync_api = playwright_or_skip()
     report = api.write_html(_analysis(), tmp_path / "r.html")
     cases = [(12345.0, NS), (2.5e6, NS), (157415.0, CYCLES), (123.456, GBS), (1.5, None),
              (123456.7, None), ([1, 7680, 128, 256], None), ({"M": 64, "dims": [2, 3.5]}, None),
              ({"a": {"b": 1}}, None), (0.0123, Column(key="t", label="t", unit="s"))]
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(report.as_uri())
+    with report_page(report) as (page, errors):
         page.wait_for_selector("#ops tbody tr")
         cells = page.locator("#ops tbody tr:first-child td").all_inner_texts()
         heads = page.locator("#ops th").all_inner_texts()
         js = [page.evaluate("([v, c]) => fmt(v, c)", [v, c and c.model_dump()])
               for v, c in cases]
-        browser.close()
     assert errors == []
     row = dict(zip(heads, cells, strict=True))
     assert row["gemm"] == "[1, 7680, 128, 256]"  # not 0=1 1=7680 2=128 3=256

@@ -9,12 +9,9 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import CHROMIUM, playwright_or_skip
+from conftest import report_page
 from opatlas.analyze import Analysis, api
 from opatlas.cli import main
-
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +59,9 @@ def test_html_is_one_self_contained_file(tmp_path, pipeline):
 
 
 def test_report_in_headless_chromium(tmp_path, pipeline):
-    sync_api = playwright_or_skip()
     report = api.write_html(pipeline, tmp_path / "r.html")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(report.as_uri())
+    with report_page(report, {"width": 1280, "height": 900}, console_errors=True) as (page,
+                                                                                    errors):
         page.wait_for_selector("#ops tbody tr")
         assert errors == []
         counts = {c: page.locator(f"svg#{c} > *").count()
@@ -97,5 +88,4 @@ def test_report_in_headless_chromium(tmp_path, pipeline):
         assert shown == int(pipeline.rows.astype(str).apply(
             lambda r: r.str.lower().str.contains("all_reduce")).any(axis=1).sum())
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
-        browser.close()
     assert (tmp_path / "report.png").stat().st_size > 20_000
