@@ -17,8 +17,9 @@ def test_linear_roles_flops_and_bytes_by_hand():
     op, p = _p("linear", b=2, l=8, dim=64, mp=2, role="ffn_down", dtype="bf16")
     # tokens 16, in = 4*64/2 = 128, out = 64
     assert op.flops(p) == {"fwd": 2 * 16 * 128 * 64, "bwd": 4 * 16 * 128 * 64}
+    # bwd: dx = dy·Wᵀ reads dy (16·64) and W, writes dx; dW = xᵀ·dy reads x and dy, writes dW
     assert op.min_bytes(p) == {"fwd": 2 * (16 * 128 + 128 * 64 + 16 * 64),
-                               "bwd": 2 * (2 * 16 * 128 + 2 * 128 * 64 + 16 * 64)}
+                               "bwd": 2 * (2 * 16 * 128 + 2 * 128 * 64 + 2 * 16 * 64)}
     _, p = _p("linear", b=1, l=4, dim=64, mp=4, role="vocab", vocab=50257)
     # 50257 padded to a multiple of 128*4 = 512 -> 50688, per shard 12672
     assert op.features(p) == {"tokens": 4, "in_features": 64, "out_features": 12672}
@@ -30,6 +31,7 @@ def test_bmm_softmax_layernorm_gelu_flops_by_hand():
     bmm, p = _p("bmm", mp=2, b=2, h=4, l=16, dim=64)  # batch 4, M=N=16, K=16
     assert bmm.flops(p)["fwd"] == 2 * 4 * 16 * 16 * 16
     assert bmm.min_bytes(p)["fwd"] == 4 * 4 * (16 * 16 * 3)
+    assert bmm.min_bytes(p)["bwd"] == 2 * 4 * 4 * (16 * 16 * 3)  # two kernels, each reads dC
     sm, p = _p("softmax", mp=2, b=1, h=4, l=8)  # (1, 2, 8, 8) -> 128 elements
     assert sm.flops(p) == {"fwd": 5 * 128, "bwd": 4 * 128}
     assert sm.min_bytes(p) == {"fwd": 4 * 2 * 128, "bwd": 4 * 3 * 128}
