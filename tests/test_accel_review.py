@@ -118,7 +118,7 @@ def test_unsupported_bypass_and_unknown_level_name_the_file(capsys, tmp_path):
             "--buffer-sizes", "1", "--level", "Buf")
     one_error(*cli_in_process(capsys, *args)[::2], f"In file {path}, key 'levels.3'",
               "'Weights' bypasses")
-    one_error(*cli_in_process(capsys, *args[:-1], "Nope")[::2], "value 'Nope'",
+    one_error(*cli_in_process(capsys, *args[:-1], "Nope")[::2], "In --level, value 'Nope'",
               f"architecture 'chiplets' (file {path})", "its levels: DRAM, Chiplet")
 
 

@@ -534,10 +534,16 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
 
     from opatlas.bounds.accel_report import sweep_buffer_sizes
     from opatlas.bounds.arch import load_arch
+    from opatlas.errors import SpecError
 
     _one_stdout({"--csv -": str(csv) == "-", "--json": as_json})
     e = _accel_problem(problem, dims or [])
-    sweep = sweep_buffer_sizes(e, load_arch(arch), level=level,
+    machine = load_arch(arch)
+    try:  # a level the sweep cannot resize is the option's error, before any work
+        machine.with_size(level, 1.0)
+    except SpecError as exc:
+        raise SpecError(exc.detail, file="--level", value=level) from None
+    sweep = sweep_buffer_sizes(e, machine, level=level,
                                sizes_bytes=_kb_list(buffer_sizes), mappings=mappings, seed=seed,
                                min_utilization=min_utilization, search_rounds=search_rounds)
     for note in sweep.notes:

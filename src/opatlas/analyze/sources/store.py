@@ -32,11 +32,11 @@ from opatlas.analyze.why import (
     WHY_FIRST,
     WHY_REST,
     Peaks,
-    backward_gemms,
     empirical_peaks,
     empirical_peaks_text,
     explain,
     gemm_of,
+    pass_gemms,
     search_traffic,
     unknown_traffic,
 )
@@ -272,7 +272,7 @@ def _gemms(rows: pd.DataFrame, idx: Any, op: str, pass_: str, shapes: pd.DataFra
     for i, (_, c) in zip(idx, counts.iterrows(), strict=True):
         g = gemm_of(c)
         if g is not None and pass_ in ("fwd", "bwd"):
-            rows.at[i, "gemms"] = backward_gemms(g) if pass_ == "bwd" else [g]
+            rows.at[i, "gemms"] = pass_gemms(g, pass_)
             rows.at[i, "gemm"] = list(g)
 
 
