@@ -62,6 +62,7 @@ def test_every_vector_recorded_once_with_failures(array_run):
     by_i = df.set_index("i")
     assert by_i.loc[CRASH_AT, "status"] == "crash" and by_i.loc[HANG_AT, "status"] == "timeout"
     assert first.statuses == {"ok": N - 2, "crash": 1, "timeout": 1}
+    assert not first.failed_earlier  # nothing was stored before it
     assert len(first.nodes) == 3  # one row per array task
     assert sum(n.vectors for n in first.nodes.values()) == N
     assert sum(n.failures for n in first.nodes.values()) == 2
@@ -70,6 +71,8 @@ def test_every_vector_recorded_once_with_failures(array_run):
 def test_resume_runs_nothing_and_shards_are_gone(array_run):
     _, _, again, df, folder = array_run
     assert again.ran == 0 and again.skipped == N and again.total == N
+    # the resume counts what it skipped as failed earlier (--retry-failed runs them again)
+    assert again.failed_earlier == {"crash": 1, "timeout": 1}
     assert len(df) == N
     assert not list(folder.glob("part-*"))  # merged shards are removed
 

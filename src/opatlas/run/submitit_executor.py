@@ -109,6 +109,8 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     summary = RunSummary()
     summary.duplicate_rows = merge_leftovers(store, folder)
     plan = prepare_run(spec, store, config, where=where)
+    earlier = {d: plan.work(store, config.backend, d, config.retry_failed).failed
+               for d in _devices(store, config.backend)}  # before the tasks add theirs
     _write_done(store, config, folder, plan.passes)
     executor = _executor(submitit, sconfig, folder)
     n = sconfig.jobs
@@ -117,6 +119,8 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     _say(f"submitted {n} task(s) as job {jobs[0].job_id.split('_')[0]} "
          f"({executor.cluster}); logs in {folder / 'logs'}")
     _collect(store, jobs, folder, summary, sconfig.poll_s)
+    for device in {d for node in summary.nodes.values() for d in node.devices}:
+        summary.failed_earlier.update(earlier.get(device, {}))
     summary.total = plan.valid
     summary.elapsed_s = time.monotonic() - t0
     return summary
@@ -124,12 +128,17 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
 
 def _write_done(store: Store, config: RunConfig, folder: Path, passes: Sequence[str]) -> None:
     statuses = RESUMABLE if config.retry_failed else None
-    rows = store.con.execute("SELECT DISTINCT device FROM results WHERE backend = ?",
-                             [config.backend]).fetchall()
-    done = {d: store.done_keys(config.backend, d, statuses, passes) for (d,) in rows}
+    done = {d: store.done_keys(config.backend, d, statuses, passes)
+            for d in _devices(store, config.backend)}
     tmp = folder / f".{DONE_FILE}.{os.getpid()}.tmp.npz"
     np.savez(tmp, **done)
     os.replace(tmp, folder / DONE_FILE)
+
+
+def _devices(store: Store, backend: str) -> list[str]:
+    """The devices the store holds results of ``backend`` on."""
+    return [d for (d,) in store.con.execute("SELECT DISTINCT device FROM results WHERE "
+                                            "backend = ?", [backend]).fetchall()]
 
 
 def _executor(submitit: Any, sconfig: SubmititConfig, folder: Path) -> Any:
