@@ -159,3 +159,16 @@ def test_below_bound_note_names_each_cause_with_its_rows():
     assert "GENERIC" not in note and TIMED_BY_WHY["model"] not in note
     (other,) = below_bound_notes(rows.drop(columns="timed_by"), "row(s)", "GENERIC")
     assert other.endswith("flagged 'below bound': GENERIC")  # sources that do not say
+
+
+def test_a_backward_row_of_one_kernel_draws_that_kernel(llama):
+    """A trace's backward mm is one kernel of its own shape (``gemms`` of one): the chart
+    draws it alone, and its bound is the table's per call, not two kernels'."""
+    rows = llama.rows.copy()
+    i = rows.index[(rows["op"] == "linear3") & (rows["pass"] == "bwd")][0]
+    rows.at[i, "gemms"] = [rows.at[i, "gemm"]]  # as a trace's aten::mm backward row has it
+    one = Analysis(llama.source, llama.summary, rows, llama.columns, llama.group_label)
+    f = frontier_of_heaviest_gemm(one)
+    assert f["title"] == "linear3 bwd: batch=1 M=4096 K=8192 N=7168" and f["parts"] == []
+    # one kernel of the forward's shape: the forward's least traffic at the buffer
+    assert f["bound_words"] == _per_call_words(llama, _row(llama, "linear3", "fwd"))

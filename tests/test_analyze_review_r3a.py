@@ -148,7 +148,10 @@ def _models(root: Path, device: str = "A100") -> Path:
 
     path = ModelRegistry(root).path(device, "fp16", "hybrid", "res_add", "fwd")
     path.parent.mkdir(parents=True)
-    joblib.dump({"model": _Saved(), "meta": {}}, path)
+    from opatlas.fit.recipes import RECIPE_REVISION
+
+    # as `opatlas fit --out` saves one: its data's hash and the recipes' revision
+    joblib.dump({"model": _Saved(), "meta": {"data_hash": f"0123:r{RECIPE_REVISION}"}}, path)
     return root
 
 

@@ -218,3 +218,27 @@ def test_integer_range_specs_keep_their_vector_ids(path):
     ex = expand(load_spec(REPO / path), keep_invalid=True)
     ids = [v.id for v in ex.vectors] + [v.id for v, _ in ex.invalid_vectors]
     assert (len(ids), hashlib.sha256("".join(ids).encode()).hexdigest()[:16]) == PINNED[path]
+
+
+def test_fit_data_fills_per_device_and_dtype_not_across_them(capsys):
+    """One device's spec giving a parameter without a default is no gap in another device's
+    rows: each model group (op, device, dtype) is filled on its own, as the ETT export is."""
+    from opatlas.fit.data import with_defaults
+
+    rows = [{"op": "gelu", "pass": "fwd", "device": dev, "dtype": "fp32", "y_us": 1.0,
+             "params_json": json.dumps({"b": b, "l": 64, "dim": 256, **extra})}
+            for dev, extra in (("DEVA", {}), ("DEVB", {"extra": 3})) for b in range(1, 13)]
+    out = with_defaults(pd.DataFrame(rows))
+    assert out["device"].value_counts().to_dict() == {"DEVA": 12, "DEVB": 12}
+    assert "left out of the fit" not in capsys.readouterr().err
+
+
+def test_large_float_ranges_keep_every_value_exact():
+    """Only float noise is rounded away: values of 13 digits stay distinct and in range."""
+    assert ParamRange(start=1.0e13, step=1.0, end=1.0e13 + 4).values() == [
+        1.0e13 + i for i in range(5)]
+    assert ParamRange(start=2.0**40, step=1.0, end=2.0**40 + 3).values() == [
+        2.0**40 + i for i in range(4)]
+    assert ParamRange(start=1.0, step=3.0, end=3.0**26, mode="mul").values()[-1] == 3.0**26
+    assert ParamRange(start=1.0, step=1.1, end=1.5, mode="mul").values() == [1.0, 1.1, 1.21,
+                                                                               1.331, 1.4641]

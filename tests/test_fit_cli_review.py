@@ -244,3 +244,24 @@ def test_predict_checks_the_shape_before_fitting_on_a_cold_cache(tmp_path):
         "vocab, h, kv_heads, head_dim); missing b, dim, l"]
     models = tmp_path / "cache" / "opatlas" / "models"
     assert not models.exists() or not any(p.is_file() for p in models.rglob("*"))
+
+
+def test_saved_models_of_another_recipe_revision_are_refused(tmp_path):
+    """A saved model corrects the roofline base of the recipes that fitted it: after the base
+    changed (a new revision), loading it would give wrong times, so it is refused, saying how
+    to refit."""
+    import joblib
+
+    from opatlas.errors import OpatlasError
+    from opatlas.fit.recipes import RECIPE_REVISION
+    from opatlas.fit.registry import ModelRegistry
+
+    reg = ModelRegistry(tmp_path)
+    path = reg.path("A100", "fp16", "hybrid", "gelu", "fwd")
+    path.parent.mkdir(parents=True)
+    joblib.dump({"model": "m", "meta": {"data_hash": f"ab:r{RECIPE_REVISION}"}}, path)
+    assert reg.load_saved("A100", "fp16", "gelu", "fwd")[0] == "m"
+    joblib.dump({"model": "m", "meta": {"data_hash": "ab:r4"}}, path)
+    with pytest.raises(OpatlasError, match=f"revision 4, this opatlas's are revision "
+                                           f"{RECIPE_REVISION}.*opatlas fit"):
+        reg.load_saved("A100", "fp16", "gelu", "fwd")

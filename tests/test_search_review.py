@@ -229,3 +229,16 @@ def test_measured_collectives_that_fall_back_say_the_links_they_assume():
     assert len(said) == 1 and "cluster.intra_bw_gbps = 450.0" in said[0]
     fell_back[0].alpha_beta_collectives = False
     assert fallback_assumptions(bare, fell_back) == []  # nothing fell back: nothing to say
+
+
+def test_a_layout_whose_tp_does_not_divide_the_ffn_is_no_candidate():
+    """Megatron-LM splits the FFN's width over tp: such a layout is refused by the config, so
+    the search skips it (the measured op models refuse its shapes)."""
+    cfg = load_config("llemma_7b_4_2_2_P")  # 4 GPUs a node: tp up to 4
+    odd = cfg.model_copy(update={"model": cfg.model.model_copy(update={"ffn": 11002})})
+    tps = {c.parallel.tp for c in candidates(odd, 16)}
+    assert tps == {1, 2}  # 11002 = 2 · 5501
+    assert {c.parallel.tp for c in candidates(cfg, 16)} == {1, 2, 4}
+    with pytest.raises(ValueError, match="ffn 11001 not divisible by tp 2"):
+        type(cfg).model_validate({**cfg.model_dump(),
+                                  "model": {**cfg.model.model_dump(), "ffn": 11001}})

@@ -42,7 +42,9 @@ def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
     from opatlas.bounds import bmm, frontier, gemm
 
     g = tuple(int(x) for x in r["gemm"])
-    kernels = pass_gemms((g[0], g[1], g[2], g[3]), str(r["pass"]))
+    own = r.get("gemms")
+    kernels = ([tuple(int(x) for x in k) for k in own] if isinstance(own, list | tuple) and own
+               else pass_gemms((g[0], g[1], g[2], g[3]), str(r["pass"])))
     word = int(analysis.summary.get("word_bytes") or 2)
     parts = [frontier(gemm(m, k, n, word) if b == 1 else bmm(b, m, k, n, word))
              for b, m, k, n in kernels]

@@ -241,7 +241,10 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
     r["util"] = np.where(r["limiter"] == "memory", r["util_memory"],
                          np.where(r["limiter"] == "compute", r["util_compute"], busier))
     r["flags"] = flags_of(r)
-    return r.drop(columns=[c for c in ("gemms", "comm_bound_s") if c in r])
+    # ``gemms`` stays: one call's GEMM kernels as the source counted them (a trace's backward
+    # mm is one kernel of its own shape, a config's backward the two of its forward GEMM),
+    # which the report's frontier draws
+    return r.drop(columns=[c for c in ("comm_bound_s",) if c in r])
 
 
 def flags_of(r: pd.DataFrame) -> list[str]:

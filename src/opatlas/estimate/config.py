@@ -209,6 +209,8 @@ class TrainConfig(_Strict):
                              f"{MAX_TOKENS:,} in one micro-batch")
         if m.heads % p.tp or m.kv % p.tp:
             raise ValueError(f"heads {m.heads} / kv_heads {m.kv} not divisible by tp {p.tp}")
+        if m.ffn_width % p.tp:  # Megatron-LM splits the FFN's width over the tp ranks
+            raise ValueError(f"ffn {m.ffn_width} not divisible by tp {p.tp}")
         if p.pp * p.virtual_stages > m.layers:
             raise ValueError(f"pp·virtual_stages {p.pp * p.virtual_stages} exceeds layers {m.layers}")
         if t.global_batch % (p.dp * t.micro_batch):

@@ -61,11 +61,18 @@ def with_defaults(df: pd.DataFrame) -> pd.DataFrame:
     texts = df["params_json"].to_numpy(object).copy()
     keep = np.ones(len(df), dtype=bool)
     notes: list[str] = []
-    for op, at in df.groupby("op", sort=True).indices.items():
-        fill = fill_omitted(str(op), (json.loads(s) for s in texts[at]))
+    # per model group's data (op, device, dtype), as each model is fitted and the ETT export
+    # writes its files: one device's extra parameter is no gap in another device's rows
+    keys = [k for k in ("op", "device", "dtype") if k in df.columns]
+    several = any(df[k].nunique() > 1 for k in keys[1:])
+    for key, at in df.groupby(keys, sort=True).indices.items():
+        key = key if isinstance(key, tuple) else (key,)
+        op = str(key[0])
+        fill = fill_omitted(op, (json.loads(s) for s in texts[at]))
         if not (fill.filled or fill.lacking):
             continue
-        notes += fill.notes(str(op), "row(s) of the data", "left out of the fit")
+        label = f"{op} on {' '.join(map(str, key[1:]))}" if several else op
+        notes += fill.notes(label, "row(s) of the data", "left out of the fit")
         texts[at] = [params_json(p) for p in fill.params]
         keep[at[fill.incomplete]] = False
     for note in notes:

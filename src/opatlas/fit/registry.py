@@ -125,16 +125,26 @@ class ModelRegistry:
         import joblib
 
         from opatlas.errors import OpatlasError
+        from opatlas.fit.recipes import RECIPE_REVISION
 
         for recipe in recipes:
             path = self.path(device, dtype, recipe, op, pass_)
             if path.exists():
                 try:
                     saved = joblib.load(path)
-                    return saved["model"], dict(saved.get("meta") or {})
+                    model, meta = saved["model"], dict(saved.get("meta") or {})
                 except Exception as exc:  # not one of ours, or from other library versions
                     raise OpatlasError(f"{path}: not a model opatlas can read "
                                        f"({type(exc).__name__}: {exc})") from None
+                # a model corrects the base its revision computed: another base, wrong times
+                revision = str(meta.get("data_hash", "")).rpartition(":r")[2]
+                if revision != RECIPE_REVISION:
+                    raise OpatlasError(
+                        f"{path}: fitted by the recipes of revision {revision or '(unknown)'}, "
+                        f"this opatlas's are revision {RECIPE_REVISION} (the base a model "
+                        f"corrects has changed); fit it again: opatlas fit --data DATA --out "
+                        f"{self.root}")
+                return model, meta
         return None
 
     def saved_keys(self) -> list[tuple[str, str, str, str, str]]:

@@ -52,23 +52,31 @@ class ParamRange(BaseModel):
 
     def values(self) -> list[int | float]:
         """The inclusive sequence; integers stay integers. Value ``i`` is ``start + i·step``
-        (``start·step**i`` for mul), a float rounded to 12 significant digits: 0.1 + 2·0.1 is
-        0.3, as a list ``[0.3]`` writes it (the same vector id, and ``--where "p == 0.3"``
-        finds it), and an end hit within that rounding is included."""
-        end = _tidy(self.end)
+        (``start·step**i`` for mul), a float without its float noise: 0.1 + 2·0.1 is 0.3, as
+        a list ``[0.3]`` writes it (the same vector id, and ``--where "p == 0.3"`` finds
+        it), and an end hit within that noise is included."""
         out: list[int | float] = [self.start]  # as written: an int start stays an int
         for i in itertools.count(1):
-            v = _tidy(self.start + i * self.step if self.mode == "add" else
-                      self.start * self.step ** i)
-            if v > end:
+            if self.mode == "add":
+                raw = self.start + i * self.step
+                v = _tidy(raw, max(1e-9 * abs(self.step), 1e-14 * abs(raw)))
+            else:
+                raw = self.start * self.step ** i
+                v = _tidy(raw, 1e-14 * abs(raw))
+            if v > self.end:
                 return out
             out.append(v)
         return out  # unreachable: a range is finite (its checks above)
 
 
-def _tidy(value: int | float) -> int | float:
-    """A float without its float noise (12 significant digits); an int as it is."""
-    return float(f"{value:.12g}") if isinstance(value, float) else value
+def _tidy(value: int | float, noise: float) -> int | float:
+    """A float as 12 significant digits write it where that moves it by at most ``noise``
+    (float noise: 0.30000000000000004 is 0.3), else as it is (1e13 + 1 stays, 3.0**26 too);
+    an int as it is."""
+    if not isinstance(value, float):
+        return value
+    near = float(f"{value:.12g}")
+    return near if abs(near - value) <= noise else value
 
 
 # A list of mappings ties parameters together: each entry sets all its keys at once (e.g. one
