@@ -218,3 +218,48 @@ def test_the_docs_give_the_held_out_minimum_the_code_uses():
     assert MIN_ROWS == 13
     assert f"groups of fewer than {MIN_ROWS} rows get none" in doc
     assert "fewer than 10 rows" not in doc
+
+
+def test_a_store_dtype_named_the_long_way_takes_its_own_peak(tmp_path, capsys):
+    """tt-metal's ``bfloat16`` is the catalog's bf16 (74 TFLOP/s on an n150), not the n150's
+    highest peak (fp8, 262 TFLOP/s); a dtype the device has no peak for is said."""
+    import json
+
+    from opatlas.analyze import api
+    from opatlas.devices import get_device
+    from opatlas.store import ResultRow, Store
+
+    n150 = get_device("Wormhole-n150")
+    for dtype, peak, said in (("bfloat16", n150.peak_flops["bf16"], False),
+                              ("int4", max(n150.peak_flops.values()), True)):
+        path = tmp_path / f"{dtype}.duckdb"
+        rows = [ResultRow(f"v{i}", "res_add", json.dumps({"b": i + 1, "l": 32, "dim": 32}),
+                          "fwd", "ttnn", "Wormhole-n150", dtype, "ok", repeats=3,
+                          median_ns=1e4 * (i + 1), flops=1e3, min_bytes=1e4)
+                for i in range(3)]
+        with Store(path) as st:
+            st.add_results(rows)
+        a = api.analyze(path)
+        assert a.summary["peak_flops_s"] == peak
+        notes = [n for n in a.summary["notes"] if "has no peak FLOP/s for dtype" in n]
+        assert bool(notes) == said, a.summary["notes"]
+
+
+def test_a_gzipped_tt_metal_profile_is_recognised(tmp_path):
+    """As tt-perf-report reads it: ``.csv.gz`` is the same profile, whatever its name."""
+    import gzip
+    import shutil
+
+    from opatlas.analyze.sources.ttmetal import detect
+
+    src = Path(__file__).parent / "data" / "tenstorrent" / \
+        "ops_perf_results_2025_09_18_11_39_20.csv"
+    gz = tmp_path / "myprofile.csv.gz"
+    with src.open("rb") as fin, gzip.open(gz, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    assert detect(gz)
+    plain = tmp_path / "myprofile.csv"
+    shutil.copy(src, plain)
+    assert detect(plain)
+    (tmp_path / "not.csv.gz").write_text("OP CODE,x\n")  # not gzip at all
+    assert not detect(tmp_path / "not.csv.gz")

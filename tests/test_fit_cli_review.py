@@ -265,3 +265,12 @@ def test_saved_models_of_another_recipe_revision_are_refused(tmp_path):
     with pytest.raises(OpatlasError, match=f"revision 4, this opatlas's are revision "
                                            f"{RECIPE_REVISION}.*opatlas fit"):
         reg.load_saved("A100", "fp16", "gelu", "fwd")
+
+
+def test_fit_reshard_shards_without_out_is_refused(capsys, tmp_path):
+    """--shards splits what --out writes: without --out it would do nothing, silently."""
+    data = tmp_path / "r.csv"
+    data.write_text("in_grid,out_grid,size,y\n")
+    code, _, err = cli_in_process(capsys, "fit", "--recipe", "reshard", "--data", str(data),
+                                  "--shards", "12")
+    one_error(code, err, "--shards 12 splits the models CSV that --out writes")

@@ -386,3 +386,27 @@ def test_a_where_on_grids_and_shapes_expands_only_the_suites_of_those_grids(monk
                              "output_core_grid == '2x1'")
     assert expanded == [((1, 1), (2, 1))]
     assert out.vectors and all(v.params["input_shape"][3] > 64 for v in out.vectors)
+
+
+def test_import_tt_refuses_bad_json_in_one_line(tmp_path):
+    from opatlas.errors import OpatlasError
+    from opatlas.store import Store
+    from opatlas.tenstorrent.ttjson import export_tt, import_tt
+
+    vecs = expand(resolve_spec("reshard"), where="input_core_grid == '1x1' and "
+                  "output_core_grid == '1x2'").vectors[:3]
+    export_tt(vecs, tmp_path / "vectors_export")
+    res = tmp_path / "res"
+    res.mkdir()
+    bad = res / "r.json"
+    with Store(tmp_path / "s.duckdb") as st:
+        for text, why in (('[{"input_hash": ', "not readable JSON"),
+                          ('{"a": 1}', "holds a dict, not a list of results"),
+                          ('["x"]', "a result is str, not an object")):
+            bad.write_text(text)
+            with pytest.raises(OpatlasError, match=f"{bad}: {why}"):
+                import_tt(st, tmp_path / "vectors_export", res)
+        truncated = next((tmp_path / "vectors_export").rglob("*.json"))
+        truncated.write_text(truncated.read_text()[:40])
+        with pytest.raises(OpatlasError, match=f"{truncated}: not readable JSON"):
+            import_tt(st, tmp_path / "vectors_export", res)

@@ -71,6 +71,9 @@ def fit(
                            "--no-baseline": no_baseline or None})
     _check_fit_out(out, recipe)
     if recipe == "reshard":
+        if shards is not None and out is None:
+            raise OpatlasError(f"--shards {shards} splits the models CSV that --out writes: "
+                               f"give --out models.csv (without it nothing is saved)")
         _fit_reshard(data, out, shards or 1, as_json, split, group_by or None,
                      size_col or "tiles", time_col)
         return

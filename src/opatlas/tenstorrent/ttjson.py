@@ -110,6 +110,17 @@ def export_tt(vectors: list, outdir: str | Path,
     return sorted(files)
 
 
+def _json_file(path: Path, kind: type, what: str) -> Any:
+    """The JSON document of ``path``, which must be ``kind`` (``what`` says it in words)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise OpatlasError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(doc, kind):
+        raise OpatlasError(f"{path}: holds a {type(doc).__name__}, not {what}")
+    return doc
+
+
 def import_tt(store: Store, vectors_dir: str | Path, results_dir: str | Path,
               device: str = "wormhole_b0") -> int:
     """Join tt-metal result JSON with the exported vectors (by ``input_hash``) into the store."""
@@ -118,14 +129,19 @@ def import_tt(store: Store, vectors_dir: str | Path, results_dir: str | Path,
             raise OpatlasError(f"{option} {folder}: no such folder")
     vecs: dict[str, dict[str, Any]] = {}
     for f in Path(vectors_dir).rglob("*.json"):
-        for suite in json.loads(f.read_text()).values():
+        suites = _json_file(f, dict, "an object of suites, each of vectors by hash")
+        for suite in suites.values():
+            if not isinstance(suite, dict):
+                raise OpatlasError(f"{f}: a suite is not an object of vectors by hash")
             for h, vec in suite.items():
                 vecs[h] = deserialize(vec)
     if not vecs:
         raise OpatlasError(f"no exported vectors under {vectors_dir}")
     rows = []
     for f in Path(results_dir).rglob("*.json"):
-        for r in json.loads(f.read_text()):
+        for r in _json_file(f, list, "a list of results"):
+            if not isinstance(r, dict):
+                raise OpatlasError(f"{f}: a result is {type(r).__name__}, not an object")
             params = vecs.get(r.get("input_hash") or r.get("vector_id"))
             if params is None:
                 continue

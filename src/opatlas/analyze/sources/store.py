@@ -161,6 +161,11 @@ def _progress(total: int, least: int, label: str, unit: str) -> Any:
     return Progress(total, label=label, unit=unit, log_every=max(1, total // 10))
 
 
+# dtype names the catalog writes shorter: tt-metal's (BFLOAT16, FLOAT32) and PyTorch's
+DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+               "float": "fp32", "float64": "fp64", "float8": "fp8"}
+
+
 def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[str],
                  models: Path | None = None, said: list[str] | None = None,
                  onchip: dict[str, float] | None = None, progress: Any = None
@@ -177,12 +182,21 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
                          "pass": res["pass"], "y_us": res["median_ns"] / 1e3,
                          "flops": res["flops"], "min_bytes": res["min_bytes"]})
     dev = data_device(data, device_name, dtype)
+    kind = DTYPE_NAMES.get(dtype.lower(), dtype)  # tt-metal's bfloat16 is the catalog's bf16
     try:
-        word = dtype_bytes(dtype)
+        word = dtype_bytes(kind)
     except OpatlasError:
         word = 4
-    peaks = Peaks(dev.name, dev.peak(dtype) if dtype in dev.peak_flops else
-                  max(dev.peak_flops.values()), dev.bandwidth, dev.onchip_bytes, word)
+        notes.append(f"{device_name}: dtype {dtype!r} is not one the op catalog knows: its "
+                     f"words taken as 4 bytes")
+    if kind in dev.peak_flops:
+        flops_s = dev.peak(kind)
+    else:
+        best = max(dev.peak_flops, key=dev.peak_flops.__getitem__)
+        flops_s = dev.peak_flops[best]
+        notes.append(f"{dev.name} has no peak FLOP/s for dtype {dtype!r} (it has "
+                     f"{', '.join(sorted(dev.peak_flops))}): its {best} peak is used")
+    peaks = Peaks(dev.name, flops_s, dev.bandwidth, dev.onchip_bytes, word)
     if find_device(device_name) is None:  # empirical: said in the notes, kept with --save
         peaks, empirical = empirical_peaks(device_name, peaks.flops_s, peaks.bytes_s, dtype, word,
                                            data["flops"], data["min_bytes"])

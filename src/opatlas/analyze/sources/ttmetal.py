@@ -20,12 +20,21 @@ TOP_OPS = 10
 
 
 def detect(path: Path) -> bool:
-    if not path.is_file() or path.suffix.lower() != ".csv":
+    """A tt-metal profiler CSV (``ops_perf_results*.csv``), gzipped too, as tt-perf-report
+    reads it."""
+    name = path.name.lower()
+    if not path.is_file() or not name.endswith((".csv", ".csv.gz")):
         return False
-    if path.name.startswith("ops_perf_results"):
+    if name.startswith("ops_perf_results"):
         return True
-    with open(path, errors="replace") as fh:
-        head = fh.readline()
+    import gzip
+
+    opener = gzip.open if name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", errors="replace") as fh:
+            head = fh.readline()
+    except (OSError, EOFError):  # not gzip after all, or cut short
+        return False
     return head.startswith("OP CODE,") and "DEVICE KERNEL DURATION [ns]" in head
 
 
