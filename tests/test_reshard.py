@@ -410,3 +410,22 @@ def test_import_tt_refuses_bad_json_in_one_line(tmp_path):
         truncated.write_text(truncated.read_text()[:40])
         with pytest.raises(OpatlasError, match=f"{truncated}: not readable JSON"):
             import_tt(st, tmp_path / "vectors_export", res)
+
+
+def test_simulator_parameters_are_checked_and_defaults_said(tmp_path, capsys):
+    from opatlas.errors import OpatlasError
+    from opatlas.tenstorrent.sim import FREE, WormholeParams
+
+    path = tmp_path / "p.json"
+    for text, why in (('{"port_bytes_per_cycle": "abc"}', "port_bytes_per_cycle is 'abc'"),
+                      ('{"tx_ns": -1}', "tx_ns is -1: not a finite number > 0"),
+                      ("[1]", "holds a list"), ("{", "not a parameters file")):
+        path.write_text(text)
+        with pytest.raises(OpatlasError, match=why):
+            WormholeParams.load(path)
+    path.write_text('{"launch_ns": 481.1}')
+    p = WormholeParams.load(path)
+    assert p.launch_ns == 481.1
+    err = capsys.readouterr().err
+    assert "first-principles defaults are used" in err
+    assert all(k in err for k in FREE if k != "launch_ns") and "launch_ns," not in err

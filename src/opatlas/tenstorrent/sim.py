@@ -31,6 +31,7 @@ parameters of ``WormholeParams`` against hardware measurements (``calibrate.py``
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
@@ -105,12 +106,32 @@ class WormholeParams:
 
     @classmethod
     def load(cls, path: str | Path) -> WormholeParams:
-        raw = json.loads(Path(path).read_text())
+        """Parameters saved by ``opatlas calibrate --out``: each a finite number > 0; one
+        the file lacks keeps its first-principles default, and that is said."""
+        from opatlas.errors import OpatlasError
+
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise OpatlasError(f"{path}: not a parameters file ({exc})") from None
+        if not isinstance(raw, dict):
+            raise OpatlasError(f"{path}: holds a {type(raw).__name__}, not the parameters by "
+                               f"name (opatlas calibrate --out writes them)")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
             print(f"opatlas: {path}: ignoring parameters this simulator no longer has: "
                   f"{', '.join(unknown)} (refit with `opatlas calibrate`)", file=sys.stderr)
+        for k in sorted(known & set(raw)):
+            v = raw[k]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or v <= 0:
+                raise OpatlasError(f"{path}: {k} is {v!r}: not a finite number > 0")
+        missing = [k for k in FREE if k not in raw]
+        if missing:
+            print(f"opatlas: {path}: no {', '.join(missing)}: their first-principles defaults "
+                  f"are used, not calibrated values (opatlas calibrate --out writes them all)",
+                  file=sys.stderr)
         return cls(**{k: v for k, v in raw.items() if k in known})
 
     def free(self) -> np.ndarray:
