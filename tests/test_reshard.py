@@ -429,3 +429,23 @@ def test_simulator_parameters_are_checked_and_defaults_said(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "first-principles defaults are used" in err
     assert all(k in err for k in FREE if k != "launch_ns") and "launch_ns," not in err
+
+
+def test_a_bad_models_csv_is_one_line_naming_the_cell(tmp_path):
+    from opatlas.errors import OpatlasError
+    from opatlas.tenstorrent.calibrate import group_name, load_models
+
+    head = "in_grid,out_grid,group,coef,intercept,r^2,RMSRE\n"
+    good = f"1x1,1x2,{group_name('HEIGHT', 'BLOCK')},1.5,400,0.99,0.05\n"
+    path = tmp_path / "m.csv"
+    for body, why in (("", "holds no models"),
+                      (good.replace("1.5", "abc"), "line 2: coef 'abc' is not a number"),
+                      (good + good.replace("1x2", "0x2"), "line 3: out_grid '0x2' is not a "
+                                                          "core grid"),
+                      (good.replace(group_name("HEIGHT", "BLOCK"), "foo"),
+                       "line 2: group 'foo' is not a strategy pair")):
+        path.write_text(head + body)
+        with pytest.raises(OpatlasError, match=why):
+            load_models(path)
+    path.write_text(head + good)
+    assert load_models(path)["trusted"].tolist() == [True]

@@ -97,8 +97,37 @@ def load_models(path: str | Path | None = None) -> pd.DataFrame:
         raise OpatlasError(f"{p}: the reshard models CSV lacks the columns "
                            f"{', '.join(sorted(missing))} (header: in_grid,out_grid,group,coef,"
                            "intercept,r^2,RRMSE,RMSRE,num_points)")
+    if df.empty:
+        raise OpatlasError(f"{p}: the reshard models CSV holds no models")
+    _check_model_rows(df, p)
     df["trusted"] = (df["coef"] > 0) & (df["r^2"] >= 0.9) & (df["RMSRE"] <= 0.25)
     return df
+
+
+def _check_model_rows(df: pd.DataFrame, path: Path) -> None:
+    """Every cell the calibration reads is what it must be, else one error naming the file,
+    the line, the column and the value (numbers made numeric in ``df``)."""
+    def bad(i: int, col: str, why: str) -> OpatlasError:
+        return OpatlasError(f"{path}: line {i + 2}: {col} {df[col].iloc[i]!r} {why}")
+
+    for col in ("coef", "intercept", "r^2", "RMSRE"):
+        x = pd.to_numeric(df[col], errors="coerce")
+        if (wrong := np.flatnonzero(x.isna().to_numpy() | ~np.isfinite(x.to_numpy(float)))).size:
+            raise bad(int(wrong[0]), col, "is not a number")
+        df[col] = x
+    for i in range(len(df)):
+        for col in ("in_grid", "out_grid"):
+            try:
+                parse_grid(df[col].iloc[i])
+            except ValueError:
+                raise bad(i, col, "is not a core grid XxY (e.g. 7x1)") from None
+        try:
+            strategies = parse_group(str(df["group"].iloc[i]))
+        except IndexError:
+            strategies = ("",)
+        if not set(strategies) <= set(STRATEGIES):
+            raise bad(i, "group", f"is not a strategy pair such as "
+                                  f"{group_name('HEIGHT', 'BLOCK')!r}")
 
 
 def group_vectors(models: pd.DataFrame, per_group: int = PER_GROUP, min_vectors: int = 1
