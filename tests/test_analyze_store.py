@@ -86,7 +86,7 @@ def test_few_rows_get_no_prediction_and_strict_refuses(tmp_path):
 
 
 def test_models_dir_predicts_with_saved_models(tmp_path):
-    from opatlas.fit.recipes import make_model
+    from opatlas.fit.recipes import RECIPE_REVISION, make_model
     from opatlas.fit.registry import ModelRegistry
 
     truth = _store(tmp_path / "s.duckdb")
@@ -94,6 +94,8 @@ def test_models_dir_predicts_with_saved_models(tmp_path):
     model = make_model("hybrid", "linear", "fwd", get_device("A100"), "fp16").fit(
         shapes, truth["seconds"].to_numpy() * 2e6)  # a model that thinks it is 2x slower
     reg = ModelRegistry(tmp_path / "models")
-    reg.get_or_fit(("A100", "fp16", "hybrid", "linear", "fwd"), "h", None, lambda: model)
+    # saved as `opatlas fit --out` saves: the data's hash tagged with the recipes' revision
+    reg.get_or_fit(("A100", "fp16", "hybrid", "linear", "fwd"), f"h:r{RECIPE_REVISION}", None,
+                   lambda: model)
     a = api.analyze(tmp_path / "s.duckdb", models=tmp_path / "models")
     assert a.rows["error"].to_numpy() == pytest.approx(1.0, abs=0.02)

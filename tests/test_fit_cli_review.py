@@ -265,6 +265,9 @@ def test_saved_models_of_another_recipe_revision_are_refused(tmp_path):
     with pytest.raises(OpatlasError, match=f"revision 4, this opatlas's are revision "
                                            f"{RECIPE_REVISION}.*opatlas fit"):
         reg.load_saved("A100", "fp16", "gelu", "fwd")
+    joblib.dump({"model": "m", "meta": {"data_hash": "ab"}}, path)  # no revision at all
+    with pytest.raises(OpatlasError, match=r"revision \(unknown\), this opatlas's"):
+        reg.load_saved("A100", "fp16", "gelu", "fwd")
 
 
 def test_fit_reshard_shards_without_out_is_refused(capsys, tmp_path):

@@ -137,7 +137,8 @@ class ModelRegistry:
                     raise OpatlasError(f"{path}: not a model opatlas can read "
                                        f"({type(exc).__name__}: {exc})") from None
                 # a model corrects the base its revision computed: another base, wrong times
-                revision = str(meta.get("data_hash", "")).rpartition(":r")[2]
+                _, tagged, revision = str(meta.get("data_hash", "")).rpartition(":r")
+                revision = revision if tagged else ""
                 if revision != RECIPE_REVISION:
                     raise OpatlasError(
                         f"{path}: fitted by the recipes of revision {revision or '(unknown)'}, "
