@@ -41,9 +41,10 @@ BELOW_BOUND_WHY = {
                                  "kernels did (a fused or specialised kernel), the device may not "
                                  "be the one whose peaks are used (--device), or the time misses "
                                  "part of the work (another stream or thread)"),
-    "ttmetal": ("device time(s)", "the FLOPs or bytes tt-perf-report counts for the op may "
-                                  "exceed what its kernels did, or the chip is not the one "
-                                  "whose peaks are used"),
+    "ttmetal": ("device time(s)", "the FLOPs tt-perf-report counts, or the DRAM bytes opatlas "
+                                  "counts from the row's tensor columns, may exceed what its "
+                                  "kernels did (the row's shapes may not be the work they "
+                                  "did), or the chip is not the one whose peaks are used"),
     "config": ("row(s)", "a measured time (--measured) may have kept its data in the cache "
                          "between repetitions or have a timer coarser than the kernel, a "
                          "predicted one comes from a model that undershoots; the step time "

@@ -18,6 +18,7 @@ from opatlas.analyze.model import Analysis, _clean
 from opatlas.analyze.tables import (
     detail_tables,
     group_summary,
+    group_util_label,
     op_label,
     summary_items,
     time_breakdown,
@@ -101,6 +102,15 @@ def _dims_text(dims: dict[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in dims.items())
 
 
+def _group_caption(analysis: Analysis) -> str:
+    said = group_util_label(analysis)
+    if said is None:
+        return ""
+    label, meaning = (html.escape(x) for x in said)
+    return (f"<p id=group-util style='font-size:12.5px;margin:0 0 6px'>util = "
+            f"<b>{label}</b>: {meaning}</p>")
+
+
 def _payload(analysis: Analysis) -> dict[str, Any]:
     cols = visible_columns(analysis)
     rows = analysis.rows[[c.key for c in cols if c.key in analysis.rows]]
@@ -110,6 +120,7 @@ def _payload(analysis: Analysis) -> dict[str, Any]:
         "summary": [list(x) for x in summary_items(analysis)],
         "notes": analysis.summary.get("notes") or [],
         "groups": group_summary(analysis).to_dict("records"), "group_label": analysis.group_label,
+        "group_util_label": (group_util_label(analysis) or ("util",))[0],
         "breakdown": [list(kv) for kv in time_breakdown(analysis)],
         "details": detail_tables(analysis),
         "columns": [c.model_dump() for c in cols], "rows": rows.to_dict("records"),
@@ -130,7 +141,8 @@ def render(analysis: Analysis) -> str:
             f"<title>opatlas analyze: {title}</title><style>{css}</style></head><body>"
             f"<header><h1>{title}</h1><div id=src></div></header><main>"
             f"<section id=cards class=cards></section><section id=notes></section>"
-            f"<h2>Per {html.escape(analysis.group_label)}</h2><table id=groups class=grid></table>"
+            f"<h2>Per {html.escape(analysis.group_label)}</h2>{_group_caption(analysis)}"
+            f"<table id=groups class=grid></table>"
             f"<h2>Where the time goes</h2><svg id=breakdown class=chart></svg>"
             f"<h2>Pipeline timeline</h2><svg id=timeline class=chart></svg>"
             f"<div class=row><div><h2>Roofline</h2><svg id=roofline class=chart></svg></div>"

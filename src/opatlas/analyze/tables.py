@@ -131,6 +131,23 @@ def op_label(op: Any, pass_: Any) -> str:
     return f"{name} {p}".strip()
 
 
+# a group's "util" where the source states none (tables.group_summary) is the time-weighted
+# mean of its rows' util_compute: for a tt-metal profile, tt-perf-report's per-op FLOPs %
+GROUP_UTIL_LABELS = {
+    "ttmetal": ("FLOPs % (time-weighted)",
+                "its ops' FLOPs % (tt-perf-report's: matmuls and convs) weighted by their "
+                "device time; the ops without one count as 0"),
+}
+
+
+def group_util_label(analysis: Analysis) -> tuple[str, str] | None:
+    """(label, what it means) of the per-group util, where the source says how it is made
+    and does not state its own (``group_util``)."""
+    if analysis.summary.get("group_util"):
+        return None
+    return GROUP_UTIL_LABELS.get(analysis.source.kind)
+
+
 def group_summary(analysis: Analysis) -> pd.DataFrame:
     """Per stage/epoch/device: time, share, slowest op, its time, utilization and the
     communication share (PyBuda's per-epoch summary). A group's time is its rows' sum unless

@@ -24,6 +24,7 @@ from opatlas.analyze.tables import (
     fmt,
     fmt_seconds,
     group_summary,
+    group_util_label,
     header,
     highlight,
     missing,
@@ -87,9 +88,10 @@ class SummaryScreen(Screen):
         self.query_one("#cards", Static).update(cards)
         table = self.query_one("#groups", DataTable)
         table.clear(columns=True)
-        table.add_columns(a.group_label, "time", "share", "slowest op", "its time", "util",
+        util = (group_util_label(a) or ("util",))[0]
+        table.add_columns(a.group_label, "time", "share", "slowest op", "its time", util,
                           "comm share", "rows")
-        util_col = Column(key="util", label="util", role="util", unit="%")
+        util_col = Column(key="util", label=util, role="util", unit="%")
         pct = Column(key="p", label="p", unit="%")
         for g in group_summary(a).to_dict("records"):
             table.add_row(g["group"], fmt_seconds(g["time_s"]), fmt(g["share"], pct),

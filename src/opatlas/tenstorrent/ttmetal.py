@@ -9,7 +9,8 @@ What it adds: per device and merged totals, a per-op-code summary, op-to-op gap 
 ops by device time, and beside tt-metal's ``PM IDEAL/COMPUTE/BANDWIDTH`` columns opatlas's own
 bound — Orojenesis traffic at the cores' L1 for matmuls, FLOPs at the cores' peak for convs
 (compute only), the calibrated Wormhole reshard simulator for reshards (where the row pins
-down the shape, grids and strategies)."""
+down the shape, grids and strategies), and for the other ops their least DRAM traffic (their
+DRAM tensors read or written once, sized from the CSV's tensor columns) at the DRAM bandwidth."""
 
 from __future__ import annotations
 
@@ -368,3 +369,116 @@ def reshard_bound(raw: pd.Series, fmt: Any, tpr: Any) -> tuple[float | None, str
     if ns is None:
         return None, "not comparable: the tensor does not shard evenly in whole tiles on these grids"
     return ns, "wormhole-sim"
+
+
+# ---------------------------------------------------------------- least DRAM traffic
+
+TILE = 32
+# bytes per 32x32 tile of the block-float formats: 1024 mantissas (1 B, or 4 bits for
+# bfloat4_b) and 64 shared exponents, one per 16 values (tt-metal's tile_size(DataFormat))
+BLOCK_TILE_BYTES = {"BFLOAT8_B": 1088, "BFLOAT4_B": 576}
+ELEMENT_BYTES = {"FLOAT32": 4, "UINT32": 4, "INT32": 4, "BFLOAT16": 2, "UINT16": 2, "UINT8": 1}
+# operands an op reads or writes only in part, left out of its least traffic: a slice reads
+# the part of its input it keeps, grid sample gathers from its input; a move's INPUT_1 is its
+# preallocated output (counted once, as OUTPUT_0)
+PARTIAL_OPERANDS = {"SliceDeviceOperation": ("INPUT_0",),
+                    "PaddedSliceDeviceOperation": ("INPUT_0",),
+                    "GridSample": ("INPUT_0",),
+                    "MoveDeviceOperation": ("INPUT_1",)}
+# ops that write into part of an existing tensor, gather rows of one, or read only the active
+# experts' weights (a sparse matmul): what they move is not their tensors' sizes, so they get
+# no traffic bound
+PARTIAL_OPS = ("SliceWrite", "UpdateCache", "FillCache", "Embedding", "Gather", "Scatter",
+               "IndexSelect", "Sparse")
+NO_BOUND_L1 = "no bound: its tensors are all in L1 (no DRAM traffic to count)"
+NO_BOUND_PARTIAL = "no bound: an op of its kind reads or writes only part of a tensor"
+NO_BOUND_UNSIZED = "no bound: an operand opatlas cannot size"
+NO_BOUND_IN_PART = "no bound: its only DRAM tensors are read or written in part"
+_OPERAND = re.compile(r"^((?:INPUT|OUTPUT)_\d+)_MEMORY$")
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The least DRAM traffic of one row: its DRAM tensors read (inputs) or written
+    (outputs) once each."""
+    bytes: int
+    read: tuple[str, ...]
+    written: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
+
+    def text(self, dram_gb_s: float) -> str:
+        """What the bound counts, as the row's "bound from" says it."""
+        parts = [f"{', '.join(names)} {verb} once" for names, verb in
+                 ((self.read, "read"), (self.written, "written")) if names]
+        left = (f"; {', '.join(self.left_out)} left out (touched in part)"
+                if self.left_out else "")
+        return (f"DRAM traffic: {' + '.join(parts)} = {self.bytes:,} B at {dram_gb_s:g} GB/s"
+                f"{left}")
+
+
+def tensor_bytes(dims: tuple[int, int, int, int], layout: str, dtype: str) -> int | None:
+    """Bytes of a W x Z x Y x X tensor as the device stores it: TILE layout pads Y and X to
+    whole 32x32 tiles (a bfloat8_b tile is 1088 B, a bfloat4_b one 576 B), ROW_MAJOR is the
+    elements at their size; None for a layout or dtype it cannot size."""
+    w, z, y, x = dims
+    dtype = dtype.removeprefix("DataType::").upper()
+    if layout.removeprefix("Layout::").upper() == "TILE":
+        per_tile = BLOCK_TILE_BYTES.get(dtype) or TILE * TILE * ELEMENT_BYTES.get(dtype, 0)
+        tiles = w * z * -(-y // TILE) * -(-x // TILE)
+        return tiles * per_tile if per_tile else None
+    if layout.removeprefix("Layout::").upper() == "ROW_MAJOR" and dtype in ELEMENT_BYTES:
+        return w * z * y * x * ELEMENT_BYTES[dtype]
+    return None
+
+
+def operand_bytes(raw: dict[str, Any], name: str, fmt: Any, tpr: Any) -> int | None:
+    """An operand's bytes from its logical shape (the [logical] part of a v2 cell), layout and
+    dtype cells; None where one is missing or unreadable."""
+    try:
+        dims = [tpr.get_value_physical_logical(raw[tpr.get_column_name(f"{name}_{k}", fmt)],
+                                               False) for k in ("W", "Z", "Y", "X")]
+    except KeyError:
+        return None
+    layout, dtype = raw.get(f"{name}_LAYOUT"), raw.get(f"{name}_DATATYPE")
+    if any(d is None for d in dims) or not isinstance(layout, str) or not isinstance(dtype, str):
+        return None
+    w, z, y, x = (int(d) for d in dims)
+    return tensor_bytes((w, z, y, x), layout, dtype)
+
+
+def operands(raw: dict[str, Any]) -> list[str]:
+    """The row's tensors (INPUT_0 ... OUTPUT_0): those whose memory cell says where they are."""
+    names = [m.group(1) for m in map(_OPERAND.match, raw) if m]
+    return [n for n in names if isinstance(raw.get(f"{n}_MEMORY"), str)
+            and raw[f"{n}_MEMORY"].strip()]
+
+
+def dram_traffic(raw: dict[str, Any], fmt: Any, tpr: Any) -> tuple[Traffic | None, str]:
+    """The row's least DRAM traffic — its DRAM inputs read once plus its DRAM outputs written
+    once — where every tensor is known (in L1, or in DRAM with a shape, layout and dtype);
+    else (None, why there is no bound)."""
+    code = str(raw.get("OP CODE", ""))
+    if any(p in code for p in PARTIAL_OPS):
+        return None, NO_BOUND_PARTIAL
+    skip = PARTIAL_OPERANDS.get(code, ())
+    total, read, written, left = 0, [], [], []
+    for name in operands(raw):
+        memory = str(raw[f"{name}_MEMORY"])
+        if name in skip:
+            left += [name] if "DRAM" in memory else []
+        elif "DRAM" in memory:
+            size = operand_bytes(raw, name, fmt, tpr)
+            if size is None:
+                cells = [raw.get(f"{name}_{k}") for k in ("LAYOUT", "DATATYPE")]
+                layout, dtype = (c if isinstance(c, str) and c else "missing" for c in cells)
+                return None, (f"{NO_BOUND_UNSIZED} ({name} in DRAM: its shape, layout {layout} or "
+                              f"dtype {dtype} unreadable)")
+            total += size
+            (written if name.startswith("OUTPUT") else read).append(name)
+        elif "L1" not in memory:
+            return None, f"{NO_BOUND_UNSIZED} ({name} memory {memory}: neither DRAM nor L1)"
+    if not (read or written):
+        return None, f"{NO_BOUND_IN_PART} ({', '.join(left)})" if left else NO_BOUND_L1
+    if total <= 0:
+        return None, f"{NO_BOUND_UNSIZED} (its DRAM tensors are empty)"
+    return Traffic(total, tuple(read), tuple(written), tuple(left)), ""

@@ -90,7 +90,7 @@ function groupsTable() {
   const t = document.getElementById("groups");
   const cols = [["group", D.group_label, null], ["time_s", "time", {unit: "s"}], ["share", "share", {unit: "%"}],
     ["slowest_op", "slowest op", null], ["slowest_time_s", "its time", {unit: "s"}],
-    ["util", "util", {unit: "%", role: "util"}], ["comm_share", "comm share", {unit: "%"}], ["rows", "rows", {role: "count"}]];
+    ["util", D.group_util_label || "util", {unit: "%", role: "util"}], ["comm_share", "comm share", {unit: "%"}], ["rows", "rows", {role: "count"}]];
   const hr = el("tr", {}, el("thead", {}, t));
   cols.forEach(([k, l], i) => el("th", {class: i === 0 || k === "slowest_op" ? "t" : ""}, hr, l));
   const tb = el("tbody", {}, t);

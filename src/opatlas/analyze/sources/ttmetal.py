@@ -57,7 +57,8 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     if invalid and options.strict:
         raise OpatlasError(f"{invalid}; --strict refuses a profile with rows it cannot time")
     summary = _summary(tpr, tm, rep, frame)
-    summary["notes"] = [*summary["notes"], *([invalid] if invalid else [])]
+    said = [n for n in (invalid, unbounded_note(frame)) if n]
+    summary["notes"] = [*summary["notes"], *said]
     return Analysis(Source(kind=KIND, path=str(path)), summary, frame, _columns(),
                     group_label="device")
 
@@ -93,6 +94,9 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
     dev_ns = None if dev_us is None else dev_us * 1000.0
     gap_us = _v(op, "Op-to-Op Gap")
     bound_ns, source, flops, shape, bottleneck = _bound(tpr, rep, op, raw, dev_ns)
+    traffic = None
+    if not source:  # neither a matmul, a conv nor a reshard
+        bound_ns, source, bottleneck, traffic = _traffic_bound(tpr, rep, raw, flops)
     sim_ns = None
     if source == SIM:  # a prediction, not a lower bound: shown as an estimate
         sim_ns, bound_ns, source = bound_ns, None, "no bound: reshard (see sim estimate)"
@@ -101,7 +105,7 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
            "calls": 1, "group": device, "device": device,
            "time_s": (dev_ns or 0.0) / 1e9, "device_time_ns": dev_ns,
            "gap_ns": None if gap_us is None else gap_us * 1000.0,
-           "flops": flops, "bytes": _v(op, "DRAM Bytes"),
+           "flops": flops, "bytes": _v(op, "DRAM Bytes"), "dram_traffic_bytes": traffic,
            "bound_time_s": None if bound_ns is None else bound_ns / 1e9,
            "opatlas_bound_ns": bound_ns, "bound_source": source,
            "headroom": (dev_ns / bound_ns) if dev_ns and bound_ns else None,
@@ -173,7 +177,27 @@ def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float
         return ns, why, None, shape, None
     rate = _v(op, "FLOPs")  # TFLOP/s, where tt-perf-report counts an op's FLOPs
     flops = rate * 1e12 * dev_ns / 1e9 if rate and dev_ns else None
-    return None, "", flops, shape, None
+    return None, "", flops, shape, None  # bounded by its traffic (_traffic_bound), if known
+
+
+def _traffic_bound(tpr: Any, rep: Any, raw: dict[str, Any], flops: float | None
+                   ) -> tuple[float | None, str, str | None, int | None]:
+    """(bound ns, what it counts, bottleneck, bytes) of an op that is neither a matmul, a
+    conv nor a reshard: its least DRAM traffic (tm.dram_traffic) at the DRAM bandwidth, and
+    its FLOPs at the device's peak where tt-perf-report counts them; or (None, why it has no
+    bound, None, None)."""
+    from opatlas.tenstorrent import ttmetal as tm
+
+    traffic, why = tm.dram_traffic(raw, rep.csv_format, tpr)
+    if traffic is None:
+        return None, why, None, None
+    gb_s = rep.spec.dram_bandwidth_gb_s
+    memory_ns = traffic.bytes / gb_s  # B / (GB/s) = ns
+    peak = rep.spec.tflops_per_core("LoFi") * 1e12 * rep.worker_cores
+    compute_ns = flops / peak * 1e9 if flops else 0.0
+    text = traffic.text(gb_s) + ("; FLOPs at the device's peak" if flops else "")
+    return (max(memory_ns, compute_ns), text, "compute" if compute_ns > memory_ns else "memory",
+            traffic.bytes)
 
 
 def _conv_bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, shape: dict[str, Any]
@@ -283,8 +307,39 @@ def _bound_counts(frame: pd.DataFrame) -> dict[str, int]:
     src = frame["bound_source"].fillna("")
     return {"orojenesis": int((src == "orojenesis L1").sum()),
             "compute_only": int((src == COMPUTE_ONLY).sum()),
+            "dram_traffic": int(src.str.startswith(TRAFFIC).sum()),
             "not_comparable": int(src.str.startswith("not comparable").sum()),
+            "no_bound": int(src.str.startswith("no bound").sum()),
             "reshard_sim_estimates": int(frame["sim_estimate_ns"].notna().sum())}
+
+
+TRAFFIC = "DRAM traffic"  # how tm.Traffic.text starts
+
+
+def _reason_kind(source: str) -> str:
+    """A row's reason for no bound without its particulars: "no bound: X (INPUT_1 ...)" ->
+    "X"; every "not comparable: ..." -> "not comparable"."""
+    if source.startswith("no bound: "):
+        return source.removeprefix("no bound: ").split(" (")[0]
+    return source.split(":")[0] or "no reason given"
+
+
+def unbounded_note(frame: pd.DataFrame) -> str | None:
+    """One note on the rows without an opatlas bound, counted by why (each row's "bound
+    from" says its own reason)."""
+    if frame.empty:
+        return None
+    src = frame["bound_source"].fillna("").astype(str)
+    none = src[frame["opatlas_bound_ns"].isna()]
+    if none.empty:
+        return None
+    why = none.map(_reason_kind)
+    counts = ", ".join(f"{n} {w}" for w, n in why.value_counts().items())
+    bounded = len(frame) - len(none)
+    return (f"{len(none)} of {len(frame)} rows have no opatlas bound ({counts}); "
+            f"{bounded} are bounded ({int(src.str.startswith(TRAFFIC).sum())} by their least "
+            f"DRAM traffic: the DRAM tensors of the CSV's shape, layout, dtype and memory "
+            f"columns read or written once); each row's \"bound from\" says which")
 
 
 def _columns() -> list[Column]:
@@ -310,7 +365,8 @@ def _columns() -> list[Column]:
             Column(key="opatlas_bound_ns", label="opatlas bound", role="bound", unit="ns",
                    help="a lower bound: matmul: Orojenesis minimum DRAM traffic with the "
                         "cores' L1 as buffer and peak FLOP/s; conv: its FLOPs at the peak "
-                        "of its cores (compute only)"),
+                        "of its cores (compute only); other ops: their DRAM tensors read "
+                        "or written once at the DRAM bandwidth (where every tensor is known)"),
             Column(key="bound_source", label="bound from"),
             Column(key="headroom", label="headroom", role="ratio", unit="x",
                    help="device time / opatlas bound"),
@@ -329,7 +385,12 @@ def _columns() -> list[Column]:
             Column(key="limiter", label="limiter"),
             FLAGS_COLUMN,
             Column(key="flops", label="FLOPs", role="count", unit="FLOP"),
-            Column(key="bytes", label="DRAM bytes", role="count", unit="B"),
+            Column(key="bytes", label="DRAM bytes", role="count", unit="B",
+                   help="tt-perf-report's (matmuls)"),
+            Column(key="dram_traffic_bytes", label="least DRAM bytes", role="count", unit="B",
+                   help="opatlas: the row's DRAM tensors read or written once (TILE layout "
+                        "in whole 32x32 tiles, bfloat8_b 1088 B a tile): the traffic its "
+                        "bound counts"),
             Column(key="achieved_flops_s", label="FLOP/s", role="rate", unit="FLOP/s"),
             Column(key="util_compute", label="util (weighting)", role="util", unit="%"),
             Column(key="gemm", label="gemm", role="shape")]
