@@ -31,6 +31,51 @@ class Device:
 
 
 GiB, MiB = 2**30, 2**20
+
+# ---- Tenstorrent Tensix cores: the one source of their compute peaks (the catalog's entry
+# below, PyBuda's theoretical matmul cycles and the PyBuda analysis's peak all derive from it)
+# Dense FLOP per cycle of one core's FPU (matrix engine) at LoFi, one fidelity phase. Wormhole:
+# an 8x16 by 16x16 product a cycle, 2*8*16*16 = 4096 FLOP, "4 TFLOPS per matrix engine" at
+# 1 GHz (tt-metal, tech_reports/matrix_engine/matrix_engine.md). PyBuda's theoretical matmul
+# cycles agree: 16 cycles per 32x32x32 tile product and phase on Wormhole (2*32**3/16 = 4096)
+# and 32 on Grayskull (2048), "based on max throughput for the chip" (tt-buda,
+# pybuda/pybuda/op/eval/buda/matmul.py).
+TENSIX_FLOP_PER_CYCLE = {"wormhole": 4096, "grayskull": 2048}
+# Math fidelity: how many passes the 5x7-bit multipliers make over the operands' mantissas;
+# the rate is the LoFi rate over the phases (same tech report: LoFi 4, HiFi2 2, HiFi3 1.33,
+# HiFi4 1 TFLOPS a core). The data format does not enter the rate: it only decides how many
+# phases reach its full precision, and a netlist states the fidelity each op runs at.
+FIDELITY_PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+TILE_FLOP = 2 * 32**3  # one 32x32 by 32x32 tile product
+# The Wormhole n150 card sheet (docs.tenstorrent.com/aibs/wormhole/specifications.html: 72
+# Tensix cores, AI clock 1 GHz) quotes each format at a fidelity: FP16 74 TFLOP/s = 72 x 1 GHz
+# x 4096/4 (HiFi4, 73.7), BLOCKFP8 148 = 4096/2 (HiFi2, 147.5), FP8 262 at LoFi, which is 8/9
+# of the FPU's 4096 a cycle (294.9; tt-perf-report, too, calls its 262/72 LoFi figure
+# empirical). A bound must hold whatever a kernel reaches: the catalog takes the FPU's rate.
+CARD_FORMAT_FIDELITY = {"fp16": "HiFi4", "bf16": "HiFi4", "bfp8": "HiFi2", "fp8": "LoFi"}
+N150_CORES, N150_CLOCK_HZ = 72, 1e9
+
+
+def tensix_flop_per_cycle(arch: str, fidelity: str = "LoFi") -> float:
+    """Dense FLOP per cycle of one Tensix core of ``arch`` (a netlist's: wormhole_b0,
+    grayskull ...) at ``fidelity``: the FPU's LoFi rate over the fidelity's phases."""
+    base = next((v for k, v in TENSIX_FLOP_PER_CYCLE.items() if arch.lower().startswith(k)),
+                None)
+    if base is None:
+        raise OpatlasError(f"no Tensix compute rate for arch {arch!r} (known: "
+                           f"{', '.join(TENSIX_FLOP_PER_CYCLE)})")
+    if fidelity not in FIDELITY_PHASES:
+        raise OpatlasError(f"unknown math fidelity {fidelity!r} (known: "
+                           f"{', '.join(FIDELITY_PHASES)})")
+    return base / FIDELITY_PHASES[fidelity]
+
+
+def tensix_peaks(arch: str, cores: int, clock_hz: float) -> dict[str, float]:
+    """Peak FLOP/s per card format (:data:`CARD_FORMAT_FIDELITY`) of ``cores`` cores."""
+    return {dtype: cores * clock_hz * tensix_flop_per_cycle(arch, fid)
+            for dtype, fid in CARD_FORMAT_FIDELITY.items()}
+
+
 DEVICES = {d.name: d for d in (
     Device("A100-SXM4-80GB", {"fp16": 312 * T, "bf16": 312 * T, "tf32": 156 * T, "fp32": 19.5 * T,
                               "fp64": 19.5 * T}, 2.039e12, 40 * MiB, 80 * GiB, 108,
@@ -75,9 +120,13 @@ DEVICES = {d.name: d for d in (
                       "fp32": 163.4 * T, "fp8": 2614.9 * T}, 5.3e12, 256 * MiB, 192 * GiB, 304,
            "AMD Instinct MI300X data sheet (dense matrix peaks; HBM3 5.3 TB/s; 256 MB Infinity "
            "Cache)", ("AMDInstinctMI300X",)),
-    Device("Wormhole-n150", {"fp16": 74 * T, "bf16": 74 * T, "fp8": 262 * T}, 288e9, 108 * MiB,
-           12 * GiB, 72, "Tenstorrent Wormhole n150 spec sheet (FP16 74 TFLOPS, FP8 262; "
-           "12 GB GDDR6 at 288 GB/s; 72 Tensix cores x 1.5 MB SRAM)", ("n150", "wormhole_b0")),
+    Device("Wormhole-n150", tensix_peaks("wormhole", N150_CORES, N150_CLOCK_HZ), 288e9,
+           108 * MiB, 12 * GiB, N150_CORES,
+           "Tenstorrent Wormhole n150 spec sheet (72 Tensix cores x 1.5 MB SRAM, AI clock 1 GHz, "
+           "12 GB GDDR6 at 288 GB/s); peaks from the Tensix FPU's 4096 FLOP/cycle over the "
+           "fidelity phases each format is quoted at (FP16/BF16 HiFi4 73.7 TFLOP/s, sheet 74; "
+           "BLOCKFP8 HiFi2 147.5, sheet 148; FP8 LoFi 294.9, sheet 262)",
+           ("n150", "wormhole_b0")),
 )}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -37,7 +37,8 @@ class _OpEntry(BaseModel):
     attributes: dict[str, Any] = {}
     in_df: list[str] = []
     out_df: str = "Float16_b"
-    math_fidelity: str = "HiFi4"
+    # the backend's four (opatlas.devices.FIDELITY_PHASES); None: the op states none
+    math_fidelity: Literal["LoFi", "HiFi2", "HiFi3", "HiFi4"] | None = None
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -73,7 +74,7 @@ class NetOp:
     attributes: dict[str, Any]
     in_df: list[str]
     out_df: str
-    math_fidelity: str
+    math_fidelity: str | None        # LoFi ... HiFi4; None where the netlist states none
     input_tms: dict[int, list[Any]] = field(default_factory=dict)
 
     @property

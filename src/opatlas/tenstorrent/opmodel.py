@@ -14,11 +14,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from opatlas.devices import FIDELITY_PHASES, TILE_FLOP, tensix_flop_per_cycle
 from opatlas.errors import OpatlasError
 from opatlas.tenstorrent.netlist import Netlist, NetOp
 
-MATH_FIDELITY = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
-TILE_WEIGHT = {"grayskull": 32}  # theoretical matmul cycles per tile and fidelity phase; WH 16
+MATH_FIDELITY = FIDELITY_PHASES
+# an op that states no math_fidelity: the op model (an estimate) keeps the HiFi4 it always
+# assumed; the theoretical cycles (a bound) take the FPU's fastest, LoFi: a bound whatever it ran at
+MODEL_FIDELITY, BOUND_FIDELITY = "HiFi4", "LoFi"
 UNARY = {"abs", "cosine", "datacopy", "dropout", "ethernet_datacopy", "exp", "gelu",
          "gelu_derivative", "log", "lrelu", "nop", "power", "reciprocal", "reduce", "sigmoid",
          "sine", "sqrt", "square", "tanh", "tilizer"}
@@ -99,9 +102,12 @@ def matmul_v2(t: int, mblock_m: int, mblock_n: int, ublock_rt: int, ublock_ct: i
 
 
 def theoretical_matmul(op: NetOp, arch: str) -> int:
-    tw = TILE_WEIGHT.get(arch, 16)
-    return int(op.t * op.m_k * op.mblock[0] * op.mblock[1] * op.u_kt * op.ublock[0]
-               * op.ublock[1] * MATH_FIDELITY.get(op.math_fidelity, 4) * tw)
+    """PyBuda's math-bound cycles: tile products · phases · cycles per tile and phase (the
+    Tensix FPU's rate, :func:`opatlas.devices.tensix_flop_per_cycle`: Wormhole 16, Grayskull
+    32) at the fidelity the op states."""
+    tile_cycles = TILE_FLOP / tensix_flop_per_cycle(arch, op.math_fidelity or BOUND_FIDELITY)
+    return round(op.t * op.m_k * op.mblock[0] * op.mblock[1] * op.u_kt * op.ublock[0]
+                 * op.ublock[1] * tile_cycles)
 
 
 def kernel_cycles(op: NetOp, arch: str) -> tuple[int | None, str]:
@@ -118,7 +124,7 @@ def kernel_cycles(op: NetOp, arch: str) -> tuple[int | None, str]:
             return None, "matmul without m_k/u_kt attributes"
         key, p = param_set(table["matmul"], _tags(op))
         cyc = matmul_v2(op.t, op.mblock[0], op.mblock[1], op.ublock[0], op.ublock[1], op.m_k,
-                        op.u_kt, MATH_FIDELITY.get(op.math_fidelity, 4), p)
+                        op.u_kt, MATH_FIDELITY[op.math_fidelity or MODEL_FIDELITY], p)
         return int(cyc), f"matmul v2 [{key}]"
     if op.type in BINARY and op.type in table:
         key, p = param_set(table[op.type], _tags(op))

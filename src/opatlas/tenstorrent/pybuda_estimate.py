@@ -69,7 +69,10 @@ def _epoch_summary(e: int, ests: list[tuple[NetOp, OpEstimate]], nl: Netlist,
     pipeline = est.limiter_cycles
     rate = int(nl.clock_hz / pipeline) or int(100 * nl.clock_hz / pipeline) / 100
     util = sum(o.cores * (x.cycles or 0) for o, x in modelled) / pipeline / total_cores
-    return {"epoch": e, "slowest_op": op.name, "limiter": est.limiter,
+    # the slowest op's pipe below what it needs, in the rows' words (its limiter, the rows'
+    # verdict with its bound, is the analyzer's: analyze.sources.pybuda.epoch_limiters)
+    problem = "" if est.limiter in ("compute", "unknown") else est.limiter
+    return {"epoch": e, "slowest_op": op.name, "bw_problem": problem,
             "pipeline_cycles": pipeline, "inputs_per_second": rate,
             "util": int(1000 * util) / 10,
             "matmul_cores": sum(o.cores for o, _ in ests if o.type == "matmul"),

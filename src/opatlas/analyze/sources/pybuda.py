@@ -13,11 +13,10 @@ import pandas as pd
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
 from opatlas.analyze.why import BELOW_BOUND, OVERHEAD_HEADROOM
+from opatlas.devices import FIDELITY_PHASES, tensix_flop_per_cycle
 from opatlas.errors import OpatlasError
 
 KIND = "pybuda"
-# a core's matmul peak: one 32x32x32 tile product per 16 cycles at LoFi (§B.4's tile_weight)
-MATMUL_FLOP_PER_CYCLE = 2 * 32**3 / 16
 WH_L1_BYTES = 1464 * 1024  # a Wormhole core's L1 (MEM_L1_SIZE)
 
 
@@ -306,6 +305,7 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                           "max_fan_in": fan.get(r["name"])}
                          for ops in run.epochs for r in ops])
     ms = run.model_summary
+    epoch_summary = epoch_limiters(run.epoch_summary, rows)
     summary = {**_summary_head(run.netlist, spatial), "mode": "measured",
                "title": f"PyBuda run {folder}", "throughput": ms["overall_speed"],
                "utilization": ms["overall_util"] / 100,
@@ -315,8 +315,8 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                "estimation_error_label": "kernel estimate error",
                **run.model_summary,
                "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
-               **_epoch_times(run.epoch_summary, clock),
-               "epoch_summary": run.epoch_summary, "files": run.files,
+               **_epoch_times(epoch_summary, clock),
+               "epoch_summary": epoch_summary, "files": run.files,
                "reblocking": [e for e in edges if e["reblock"]],
                "reblocking_edges": sum(1 for e in edges if e["reblock"]),
                "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
@@ -370,12 +370,60 @@ def _epoch_times(epochs: list[dict[str, Any]], clock: float) -> dict[str, Any]:
                            for e in epochs}}
 
 
+def epoch_limiters(epochs: list[dict[str, Any]], rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """The epochs with their limiter: an epoch's limiter is its slowest row's. Its ops run at
+    once, as a pipeline, and per input it takes its slowest op's time (``slowest_op``), so
+    what limits that op limits the epoch; taking the row's verdict keeps the rows' words and
+    rule (:func:`kernel_verdict`: no "compute" without a bound). An epoch without a slowest
+    op (none modelled) is "unknown". ``bw_problem`` is that op's too."""
+    verdicts = dict(zip(zip(rows["epoch"], rows["op"], strict=True),
+                        zip(rows["limiter"], rows["bw_problem"], strict=True), strict=True))
+    out = []
+    for e in epochs:
+        limiter, problem = verdicts.get((e["epoch"], e.get("slowest_op")), ("unknown", ""))
+        rest = {k: v for k, v in e.items() if k not in ("epoch", "slowest_op", "limiter",
+                                                         "bw_problem")}
+        out.append({"epoch": e["epoch"], "slowest_op": e.get("slowest_op"), "limiter": limiter,
+                    "bw_problem": problem or "", **rest})
+    return out
+
+
+def peak_fidelity(nl: Any) -> str:
+    """The math fidelity of the analysis's compute peak: the fastest that a dense matmul of
+    the netlist runs at (the roofline's roof: no op above it); LoFi, the FPU's fastest, where
+    a dense matmul states none or there is none."""
+    stated = {op.math_fidelity for op in nl.all_ops() if gemm_dims(op) is not None}
+    if not stated or None in stated:
+        return "LoFi"
+    return min(stated, key=FIDELITY_PHASES.__getitem__)
+
+
+def _peak_compute(nl: Any) -> dict[str, Any]:
+    """The chip's (chips') compute peak at :func:`peak_fidelity`, from the one Tensix rate
+    (:func:`opatlas.devices.tensix_flop_per_cycle`) the op model's theoretical cycles and the
+    device catalog take too, and how it was derived."""
+    fid = peak_fidelity(nl)
+    lofi, phases = tensix_flop_per_cycle(nl.arch), FIDELITY_PHASES[fid]
+    cores = nl.core_count * nl.device_count
+    rate = f"{lofi:g}" + (f"/{phases}" if phases > 1 else "")
+    return {"peak_flops_s": lofi / phases * cores * nl.clock_hz,
+            "peak_compute_basis": f"{cores} cores x {rate} FLOP/cycle ({fid}) x "
+                                  f"{nl.clock_hz / 1e9:g} GHz"}
+
+
+def _unstated_fidelity_note(nl: Any) -> list[str]:
+    n = sum(1 for op in nl.all_ops() if gemm_dims(op) is not None and op.math_fidelity is None)
+    if not n:
+        return []
+    return [f"{n} matmul(s) of {nl.path} state no math_fidelity: their theoretical cycles "
+            f"(the bound) take LoFi, the FPU's fastest, and their op model HiFi4"]
+
+
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
     from opatlas.tenstorrent.pybuda_estimate import dram_peak_bytes_s
 
     return {"netlist": str(nl.path), "arch": nl.arch, "clock_hz": nl.clock_hz,
-            "throughput_unit": "samples/s",
-            "peak_flops_s": MATMUL_FLOP_PER_CYCLE * nl.core_count * nl.device_count * nl.clock_hz,
+            "throughput_unit": "samples/s", **_peak_compute(nl),
             "peak_bytes_s": dram_peak_bytes_s(nl.arch),
             "core_count": nl.core_count, "device_count": nl.device_count,
             "epochs": (len(nl.graphs) if spatial else max(nl.temporal) + 1),
@@ -411,7 +459,9 @@ def _cols_estimate() -> list[Column]:
             Column(key="estimated_cycles", label="est", role="estimated", unit="cycles",
                    help="the backend op model's kernel cycles per input"),
             Column(key="theoretical_cycles", label="theoretical", role="bound", unit="cycles",
-                   help="matmul: t·m_k·mblock·u_kt·ublock·fidelity·16 (math bound)"),
+                   help="matmul: t·m_k·mblock·u_kt·ublock tile products x the fidelity's "
+                        "phases x cycles per tile and phase (Wormhole 16, Grayskull 32): the "
+                        "math bound"),
             Column(key="estimated_lim_cycles", label="est_lim", role="estimated",
                    unit="cycles", help="max(kernel, input reads, output write) at the "
                                        "balancer's DRAM / NoC / PCIe bandwidths"),
@@ -448,14 +498,15 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
         notes.append(f"{count} op(s) of type {', '.join(defaulted)} have no fitted op model: "
                      f"estimated with the nop parameters (the backend's default path), see "
                      f"the op model column")
-    notes += below_bound_note(rows, "estimated", nl.arch)
+    notes += [*_unstated_fidelity_note(nl), *below_bound_note(rows, "estimated", nl.arch)]
+    epoch_summary = epoch_limiters(result.epoch_summary, rows)
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
                "title": f"PyBuda netlist {netlist.name} (estimate)",
                "throughput": result.model_summary["overall_speed"],
                **result.model_summary,
                "time_per_input_s": result.model_summary["pipeline_cycles"] / nl.clock_hz,
-               **_epoch_times(result.epoch_summary, nl.clock_hz),
-               "epoch_summary": result.epoch_summary,
+               **_epoch_times(epoch_summary, nl.clock_hz),
+               "epoch_summary": epoch_summary,
                "reblocking": [e for e in result.reblocking if e["reblock"]],
                "edges": len(result.reblocking),
                "opmodel_check": check,
