@@ -1,9 +1,16 @@
-"""``--backend wormhole-sim``: the reshard simulator as a backend (deterministic, in-process)."""
+"""``--backend wormhole-sim``: the reshard simulator as a backend (deterministic, in-process).
+
+Its results are filed under device ``wormhole_b0-sim`` when it runs the bundled calibrated
+parameters, and under ``wormhole_b0-sim-<fingerprint>`` when a parameters file
+(``params=FILE`` or ``OPATLAS_WORMHOLE_PARAMS``) holds others: the store keys results by
+device, so a resumed run reuses only the timings of the same parameters."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from opatlas.backends.base import Backend
@@ -13,6 +20,8 @@ from opatlas.tenstorrent.reshard import parse_grid
 from opatlas.tenstorrent.sim import WormholeParams, calibrated_params, simulate
 
 PARAMS_ENV = "OPATLAS_WORMHOLE_PARAMS"
+SIM_DEVICE = "wormhole_b0-sim"
+CHIP = "wormhole_b0"  # the chip the simulator models, as the device catalog names it
 
 
 class WormholeSimBackend(Backend):
@@ -21,10 +30,11 @@ class WormholeSimBackend(Backend):
 
     def __init__(self, params: str | None = None) -> None:
         path = params or os.environ.get(PARAMS_ENV)
-        self.params = WormholeParams.load(path) if path else calibrated_params()
+        self.params, self.device = load_params(path) if path else (calibrated_params(),
+                                                                   SIM_DEVICE)
 
     def device_name(self) -> str:
-        return "wormhole_b0-sim"
+        return self.device
 
     def versions(self) -> dict[str, str]:
         return {"simulator": "2", **{k: str(v) for k, v in vars(self.params).items()}}
@@ -39,3 +49,43 @@ class WormholeSimBackend(Backend):
                      parse_grid(params["output_core_grid"]), params["output_shard_strategy"],
                      self.params, params.get("dtype", "bfloat16"))
         return {"fwd": [round(r.time_ns)]}
+
+
+def sim_device(params: WormholeParams) -> str:
+    """The device the results of ``params`` are filed under: ``wormhole_b0-sim`` for the
+    bundled calibrated parameters (as every store before parameter files were told apart),
+    ``wormhole_b0-sim-<fingerprint>`` for any others."""
+    return SIM_DEVICE if params == calibrated_params() else f"{SIM_DEVICE}-{params.fingerprint()}"
+
+
+def simulated_chip(device: str) -> str | None:
+    """The catalog's name of the chip that a simulated device's results stand for
+    (``wormhole_b0`` for ``wormhole_b0-sim`` under any parameters); None for any other."""
+    name = str(device)
+    return CHIP if name == SIM_DEVICE or name.startswith(f"{SIM_DEVICE}-") else None
+
+
+def load_params(path: str | Path) -> tuple[WormholeParams, str]:
+    """The parameters of ``path`` and the device their results are filed under. Read once per
+    file and version of it: a command builds the backend more than once (its options are
+    checked before the store is opened), and what the file lacks is said once."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return _read(path)  # WormholeParams.load says why, in one line
+    key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _LOADED:
+        _LOADED[key] = _read(path)
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple[str, int, int], tuple[WormholeParams, str]] = {}
+
+
+def _read(path: str | Path) -> tuple[WormholeParams, str]:
+    params = WormholeParams.load(path)
+    device = sim_device(params)
+    if device != SIM_DEVICE:
+        print(f"opatlas: {path}: not the bundled calibrated parameters: wormhole-sim results "
+              f"are filed under device {device}", file=sys.stderr)
+    return params, device

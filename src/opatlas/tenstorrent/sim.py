@@ -134,6 +134,14 @@ class WormholeParams:
                   file=sys.stderr)
         return cls(**{k: v for k, v in raw.items() if k in known})
 
+    def fingerprint(self) -> str:
+        """8 hex digits that tell these parameters from others: every value as a float, so
+        a file writing ``500`` and one writing ``500.0`` are the same parameters."""
+        import hashlib
+
+        text = json.dumps({k: float(v) for k, v in asdict(self).items()}, sort_keys=True)
+        return hashlib.sha224(text.encode()).hexdigest()[:8]
+
     def free(self) -> np.ndarray:
         return np.array([getattr(self, k) for k in FREE], dtype=float)
 

@@ -121,6 +121,19 @@ def _json_file(path: Path, kind: type, what: str) -> Any:
     return doc
 
 
+def _counts(params: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The fwd FLOPs and minimum bytes of a reshard, counted by the op catalog as a run's rows
+    are (:class:`opatlas.run.records.RowBuilder`): (None, None) where it cannot count them
+    (a dtype it does not know); a count never loses a measurement."""
+    from opatlas.ops.registry import resolved_params
+
+    try:
+        op, full = resolved_params(EXPORT_OP, params)
+        return op.flops(full).get("fwd"), op.min_bytes(full).get("fwd")
+    except Exception:
+        return None, None
+
+
 def import_tt(store: Store, vectors_dir: str | Path, results_dir: str | Path,
               device: str = "wormhole_b0") -> int:
     """Join tt-metal result JSON with the exported vectors (by ``input_hash``) into the store."""
@@ -148,12 +161,14 @@ def import_tt(store: Store, vectors_dir: str | Path, results_dir: str | Path,
             perf = r.get("device_perf") or {}
             status = STATUS.get(r.get("status", ""), "error")
             mean = perf.get("DEVICE KERNEL DURATION [ns]")
+            flops, nbytes = _counts(params)
             row = ResultRow(vector_id=vector_id("reshard", params), op="reshard",
                             params_json=params_json(params), pass_="fwd", backend="ttnn",
                             device=device, dtype=params["dtype"],
                             status=status if mean is not None or status != "ok" else "error",
                             message=str(r.get("message", ""))[:2000],
-                            repeats=int(perf.get("runs", 0) or 0))
+                            repeats=int(perf.get("runs", 0) or 0), flops=flops,
+                            min_bytes=nbytes)
             if mean is not None and status == "ok":
                 row.mean_ns = row.median_ns = float(mean)
                 std = perf.get("DEVICE KERNEL DURATION [ns]_std")
