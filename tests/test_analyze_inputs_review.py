@@ -116,7 +116,8 @@ def test_store_collectives_and_optimizer_get_bounds(tmp_path):
     a = api.analyze(_comm_store(tmp_path / "a100.duckdb", "NVIDIAA100-SXM4-80GB"))
     rows = a.rows.set_index("op")
     msg = 2.0 * (1 << 26)  # fp16 elements
-    expected = {"nccl.allreduce": 2 * 3 / 4 * msg, "nccl.allgather_large": 3 / 4 * msg,
+    # an all-gather sample's shape is one rank's input: its message is the 4 ranks' inputs
+    expected = {"nccl.allreduce": 2 * 3 / 4 * msg, "nccl.allgather_large": 3 / 4 * (4 * msg),
                 "nccl.p2p": 2.0 * (1 << 24), "collective.all_reduce": 2 * 7 / 8 * 2.0 * (1 << 20)}
     for op, bus_bytes in expected.items():
         assert rows.at[op, "limiter"] == "communication"

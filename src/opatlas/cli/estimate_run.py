@@ -35,7 +35,7 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
     try:
         inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
                              gpus_per_node=gpus_per_node, sets=sets or (), search=search,
-                             strict=strict, notes=notes)
+                             strict=strict, notes=notes, analytical=analytical)
         inputs.config = with_flags(inputs.config, strict, analytical, notes)
     finally:  # what was assumed before an error explains it
         say(notes)
@@ -49,10 +49,13 @@ def say(notes: list[str]) -> None:
 
 def fallback_assumptions(cfg: Any, estimates: list, notes: list[str]) -> None:
     """What the roofline or the alpha-beta model that measured data fell back to assumed
-    (default efficiencies or links): said on stderr and added to ``notes``."""
+    (default efficiencies or links), and how the NCCL samples timed a collective they imply
+    but lack (a reduce-scatter): said on stderr and added to ``notes``."""
+    from opatlas.estimate.inputs import derived_collectives
     from opatlas.estimate.inputs import fallback_assumptions as assumed
 
-    new = [n for n in assumed(cfg, estimates) if n not in notes]
+    found = assumed(cfg, estimates) + derived_collectives(cfg, estimates)
+    new = [n for n in found if n not in notes]
     say(new)
     notes.extend(new)
 

@@ -341,11 +341,7 @@ def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn:
     within = ranks * stride <= gpn
     per_node = max(1, min(ranks, gpn // stride))
     if isinstance(comm, Measured):
-        nodes = max(1, ranks // per_node)
-        if op == "reduce_scatter" and (op, nodes, per_node) not in comm.curves:
-            # NCCL's ring all-reduce is a reduce-scatter then an all-gather, each half its
-            # traffic and steps: half the measured all-reduce, rather than no measurement
-            return 0.5 * _coll(comm, "all_reduce", nbytes, ranks, stride, gpn)
+        nodes = max(1, ranks // per_node)  # a reduce-scatter without samples: comm.py's rule
         return float(comm.time_topology(op, np.array([nbytes]), nodes, per_node, within)[0])
     return float(comm.time(op, np.array([nbytes]), ranks, within, per_node)[0])
 

@@ -32,7 +32,7 @@ class Inputs:
 def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                 gpus: int | None = None, gpus_per_node: int | None = None,
                 sets: Sequence[str] = (), search: bool = False, strict: bool = False,
-                notes: list[str] | None = None) -> Inputs:
+                notes: list[str] | None = None, analytical: bool = False) -> Inputs:
     """Build the training config from a file or Megatron arguments plus overrides.
 
     ``gpus`` is the world size: for Megatron arguments it sets dp = gpus / (tp·pp); for a
@@ -41,6 +41,8 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     ``strict``: Megatron flags that are not modelled are errors, not notes. ``notes``: a list
     to collect the assumptions in as they are made, so that a caller can show them even when
     a later step fails (an assumed batch is why a layout does not divide it).
+    ``analytical``: the input's measured data will be dropped (``with_flags``), so a data
+    folder that is not there is no error under ``strict``.
     """
     notes = [] if notes is None else notes
     steps = None
@@ -51,7 +53,7 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         raw, path, steps, gpus = _from_megatron(megatron_args, gpus, gpus_per_node, strict,
                                                 notes)
     elif config is not None:
-        raw, path = read_config(config, notes, strict)
+        raw, path = read_config(config, notes, strict and not analytical)
     else:
         raise OpatlasError("give a config (YAML, config.json or a bundled name) or "
                            "--megatron-args")
@@ -211,6 +213,7 @@ def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
     given = {k: getattr(cfg.cluster, k) for k in cfg.cluster.model_fields_set
              if k != "nccl_data"}
     cluster = device_links(given, notes) if cfg.cluster.nccl_data else given
+    _forget_dropped_data(given, notes)
     ops = {**{k: getattr(cfg.ops, k) for k in cfg.ops.model_fields_set}, "mode": "analytical"}
     layout = {k: getattr(cfg, k).model_dump() for k in ("training", "parallel")}
     notes.extend(n for n in assumed_defaults({**layout, "cluster": cluster, "ops": ops})
@@ -218,6 +221,29 @@ def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
     return cfg.model_copy(update={
         "ops": cfg.ops.model_copy(update={"mode": "analytical"}),
         "cluster": cfg.cluster.model_copy(update={**cluster, "nccl_data": None})})
+
+
+# the notes ``read_config`` makes of an estimate-train-time config's data folders
+DATA_FOLDER_KEYS = ("nccl_data_folder", "operator_data_folder")
+
+
+def _forget_dropped_data(cluster: dict[str, Any], notes: list[str]) -> None:
+    """``notes`` without what loading said of the measured data ``--analytical`` drops: an
+    upstream data folder replaced by the bundled one is not said, and the links of the
+    device's own system are said as they are without NCCL data (``device_links`` made that
+    note, beside the data, for whichever links the input left out)."""
+    from itertools import combinations
+
+    from opatlas.estimate.presets import LINK_KEYS, device_links
+
+    notes[:] = [n for n in notes if not n.startswith(tuple(f"{k} " for k in DATA_FOLDER_KEYS))]
+    for filled in (c for r in range(1, len(LINK_KEYS) + 1) for c in combinations(LINK_KEYS, r)):
+        left = {k: v for k, v in cluster.items() if k not in filled}
+        beside: list[str] = []  # the note with NCCL data, and without
+        alone: list[str] = []
+        device_links({**left, "nccl_data": "measured"}, beside)
+        device_links(left, alone)
+        notes[:] = [alone[0] if beside and n == beside[0] else n for n in notes]
 
 
 def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]:
@@ -242,6 +268,20 @@ def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str
                    + " for the collectives without measured samples (the alpha-beta "
                      "model); --set cluster.KEY=VALUE")
     return out
+
+
+def derived_collectives(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]:
+    """How the NCCL samples timed a collective they have none of but imply (a reduce-scatter:
+    ``comm.REDUCE_SCATTER_RULE``), as the estimator's model of the cluster (read once per
+    cluster, so the one ``estimates`` used) recorded it; said where ``estimates`` show one."""
+    if not cfg.cluster.nccl_data:
+        return []
+    from opatlas.estimate.comm import take_derived_note
+    from opatlas.estimate.engine import _comm_model
+
+    note = take_derived_note(_comm_model(cfg))
+    shown = any(it.name == "reduce_scatter" for e in estimates for it in e.items)
+    return [note] if note is not None and shown else []
 
 
 def out_of_memory(est: Any) -> str | None:

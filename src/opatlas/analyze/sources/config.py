@@ -116,7 +116,7 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
     with what loading the config assumed (defaults, presets, links), as ``opatlas estimate``
     says them."""
     from opatlas.estimate import estimate_step
-    from opatlas.estimate.inputs import load_inputs, with_flags
+    from opatlas.estimate.inputs import derived_collectives, load_inputs, with_flags
 
     options = options or ReadOptions()
     given = estimate_inputs(options)
@@ -126,16 +126,30 @@ def estimate_for(path: Path, options: ReadOptions | None = None) -> Any:
     loaded: list[str] = []
     cfg = load_inputs(config, megatron_args=megatron, gpus=given.get("gpus"),
                       gpus_per_node=given.get("gpus_per_node"), sets=given.get("sets") or (),
-                      strict=options.strict, notes=loaded).config
+                      strict=options.strict, notes=loaded,
+                      analytical=bool(given.get("analytical"))).config
     cfg = with_flags(cfg, options.strict, bool(given.get("analytical")), loaded)
     est = estimate_step(cfg)
     if cfg.ops.mode == "analytical":  # the util and headroom columns then echo the input
-        loaded.append(f"ops timed by the roofline at {cfg.ops.compute_efficiency:g} of peak "
-                      f"compute and {cfg.ops.memory_efficiency:g} of the bandwidth (ops.mode: "
-                      f"analytical): their util and headroom are those factors, not "
-                      f"measurements (ops.mode: data, or --measured STORE)")
+        loaded.append(analytical_note(cfg.ops.compute_efficiency, cfg.ops.memory_efficiency))
+    loaded.extend(derived_collectives(cfg, [est]))
     est.notes = [*loaded, *est.notes]
     return est
+
+
+def analytical_note(compute: float, memory: float) -> str:
+    """What util and headroom mean for ops the roofline timed at these shares of the peaks
+    (``why.explain``): they restate the shares only where the side that sets an op's time
+    sets its bound too, by that side's own roof."""
+    return (f"ops timed by the roofline at {compute:g} of peak compute and {memory:g} of the "
+            f"bandwidth (ops.mode: analytical), not measured (ops.mode: data, or --measured "
+            f"STORE): their util and headroom are those factors (util the factor of the side, "
+            f"compute or memory, that sets an op's time; headroom its inverse) only where that "
+            f"side's roof is also the op's bound; where a GEMM's Orojenesis traffic is the bound "
+            f"and memory sets the time, util is the memory factor and headroom less than its "
+            f"inverse (the time over that traffic at the full bandwidth); where the other side "
+            f"sets the bound (its roof, or that traffic), util is that side's achieved share of "
+            f"its peak and headroom the time over the bound")
 
 
 def estimate_of(analysis: Analysis) -> Any:
@@ -252,11 +266,25 @@ def _rows(est: Any) -> pd.DataFrame:
                 link = est.config.cluster.intra_bw_gbps * 1e9  # the fastest link: a lower bound
                 # the estimate's p2p is nccl-tests' send_recv: the message crosses once
                 op = "send_recv" if it.name == "p2p" else it.name
-                row["comm_bound_s"] = it.calls * bus_factor(op, n) * per_call / link
+                groups = _dp_groups(est) if it.category == "dp_comm" else [(1.0, n)]
+                factor = sum(share * bus_factor(op, ranks) for share, ranks in groups)
+                row["comm_bound_s"] = it.calls * factor * per_call / link
         else:
             row["flops"], row["bytes"] = 0.0, 0.0
         out.append(row)
     return pd.DataFrame(out)
+
+
+def _dp_groups(est: Any) -> list[tuple[float, int]]:
+    """(share of a data-parallel row's bytes, ranks) per group that moves them, as the
+    estimator charges them (``engine._dp_items``): the dense parameters' over the dp ranks,
+    the experts' over the dp/ep ranks holding the same experts (1/ep of them each)."""
+    from opatlas.estimate.engine import _busiest, _params_per_device
+
+    p = est.config.parallel
+    params, _, experts = _busiest(_params_per_device(est.config))
+    share = experts / params if params > 0 else 0.0
+    return [(1.0 - share, p.dp), (share, p.dp // p.ep)]
 
 
 def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool

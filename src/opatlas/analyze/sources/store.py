@@ -181,7 +181,8 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     data = pd.DataFrame({"device": device_name, "dtype": dtype, "op": res["op"],
                          "pass": res["pass"], "y_us": res["median_ns"] / 1e3,
                          "flops": res["flops"], "min_bytes": res["min_bytes"]})
-    dev = data_device(data, device_name, dtype)
+    catalog = _catalog_name(device_name, said)
+    dev = data_device(data, catalog, dtype)
     kind = DTYPE_NAMES.get(dtype.lower(), dtype)  # tt-metal's bfloat16 is the catalog's bf16
     try:
         word = dtype_bytes(kind)
@@ -189,15 +190,15 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
         word = 4
         notes.append(f"{device_name}: dtype {dtype!r} is not one the op catalog knows: its "
                      f"words taken as 4 bytes")
-    if kind in dev.peak_flops:
-        flops_s = dev.peak(kind)
+    if kind in dev.peak_flops or dtype in dev.peak_flops:  # an empirical one: the store's name
+        flops_s = dev.peak(kind if kind in dev.peak_flops else dtype)
     else:
         best = max(dev.peak_flops, key=dev.peak_flops.__getitem__)
         flops_s = dev.peak_flops[best]
         notes.append(f"{dev.name} has no peak FLOP/s for dtype {dtype!r} (it has "
                      f"{', '.join(sorted(dev.peak_flops))}): its {best} peak is used")
     peaks = Peaks(dev.name, flops_s, dev.bandwidth, dev.onchip_bytes, word)
-    if find_device(device_name) is None:  # empirical: said in the notes, kept with --save
+    if find_device(catalog) is None:  # empirical: said in the notes, kept with --save
         peaks, empirical = empirical_peaks(device_name, peaks.flops_s, peaks.bytes_s, dtype, word,
                                            data["flops"], data["min_bytes"])
         if said is not None:
@@ -235,7 +236,7 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
             jobs.append(Job(idx, op, pass_, dev, dtype, sub, rows.loc[idx, "time_s"].to_numpy()))
         _gemms(rows, idx, op, pass_, sub, dtype)
         bound_said = _collectives(rows, idx, op, sub, word, device_name, link) \
-            or _stands_for(rows, idx, op, pass_, sub, dtype)
+            or _on_chip_move(rows, idx, op) or _stands_for(rows, idx, op, pass_, sub, dtype)
         if said is not None and bound_said and bound_said not in said:
             said.append(bound_said)
     said_of: dict[int, list[str]] = {}  # by job: pooled jobs end in any order
@@ -253,6 +254,24 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
             and msg not in said:
         said.append(msg)
     return rows, peaks
+
+
+def _catalog_name(device: str, said: list[str] | None = None) -> str:
+    """The name to look ``device`` up in the catalog under: a simulated device takes the peaks
+    of the chip it simulates (``wormhole_b0-sim``, under any parameters, the catalog's
+    Wormhole's), an assumption said in ``said``; any other device is its own name."""
+    from opatlas.devices import find_device
+    from opatlas.tenstorrent.backend import simulated_chip
+
+    chip = simulated_chip(device) if find_device(device) is None else None
+    found = find_device(chip) if chip else None
+    if found is None:
+        return device
+    note = (f"{chip}-sim: simulated timings; the device's peaks are the catalog's "
+            f"{found.name}'s, assumed to be the chip the simulator models")
+    if said is not None and note not in said:
+        said.append(note)
+    return found.name
 
 
 def _explained(rows: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
@@ -358,17 +377,37 @@ def _collectives(rows: pd.DataFrame, idx: Any, op: str, shapes: pd.DataFrame, wo
 def _collective_sizes(op: str, shapes: pd.DataFrame, stored: pd.Series, word: int
                       ) -> tuple[np.ndarray, np.ndarray] | None:
     """(ranks, message bytes) per row: estimate-train-time's NCCL samples give ``shape``
-    elements of their dtype on ``nodes`` x ``GPUsPerNode`` ranks; opatlas's own give
+    elements of their dtype on ``nodes`` x ``GPUsPerNode`` ranks (an all-gather's: one rank's
+    input, so its message is ranks x that); opatlas's own give
     ``elements`` on ``world_size`` ranks and store the bytes. None where they lack them."""
     def col(key: str) -> np.ndarray:
         return pd.to_numeric(shapes[key], errors="coerce").to_numpy(float)
 
     if op.startswith("nccl.") and {"shape", "nodes", "GPUsPerNode"} <= set(shapes):
-        return col("nodes") * col("GPUsPerNode"), col("shape") * word
+        from opatlas.estimate.comm import sample_message_bytes
+
+        ranks = col("nodes") * col("GPUsPerNode")
+        return ranks, sample_message_bytes(_collective(op) or "", col("shape"), word, ranks)
     if op.startswith("collective.") and {"elements", "world_size"} <= set(shapes):
         nbytes = stored.to_numpy(float)
         return col("world_size"), np.where(np.isfinite(nbytes), nbytes, col("elements") * word)
     return None
+
+
+# ops that move data between cores' on-chip memories over the NoC (ttnn's L1-sharded to
+# L1-sharded reshard): no byte of theirs crosses DRAM, so the DRAM roof does not bound them
+ON_CHIP_MOVES = ("reshard",)
+
+
+def _on_chip_move(rows: pd.DataFrame, idx: Any, op: str) -> str | None:
+    """Leave the rows ``idx`` of an op of :data:`ON_CHIP_MOVES` without a bound, their limiter
+    the NoC (communication), as the tt-metal profile source classes reshards; what the notes
+    should say. None for other ops."""
+    if op not in ON_CHIP_MOVES:
+        return None
+    rows.loc[idx, "limiter"] = "communication"
+    return (f"{op}: L1 to L1 over the NoC, its bytes never reach DRAM: the DRAM bandwidth "
+            f"does not bound it and the catalog has no NoC bandwidth: no bound")
 
 
 # store ops the catalog models under another name: estimate-train-time's optimizer samples
@@ -412,7 +451,7 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: fl
         "total_time_s": float(rows["time_s"].sum()), "total_time_label": "measured (sum)",
         "measurements": len(rows),
         "devices": devices, "notes": notes,
-        "utilization": float(np.nanmedian(rows["util_compute"])) if len(rows) else None,
+        "utilization": _median_util(rows["util_compute"]),
         "utilization_label": "median FLOP util"}
     if err.notna().any():
         out["estimation_error"] = float(err.median())
@@ -428,6 +467,14 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: fl
     return out
 
 
+def _median_util(util: pd.Series) -> float | None:
+    """The median FLOP utilisation of the rows that have one (kernels); None when none has
+    (only collectives or reshards: no device roofline applies to them)."""
+    values = util.to_numpy(float)
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if len(values) else None
+
+
 def _predicted_by(rows: pd.DataFrame) -> str:
     """What made the predictions the error is of: "held out" (cross-validation), "saved
     models" (--models: not held out), or both."""
@@ -440,7 +487,7 @@ def _predicted_by(rows: pd.DataFrame) -> str:
 def _empirical(device: str) -> bool:
     from opatlas.devices import find_device
 
-    return find_device(device) is None
+    return find_device(_catalog_name(device)) is None
 
 
 register(SourceKind("store", detect, read, "an opatlas results store (.duckdb)",
