@@ -30,11 +30,19 @@ def options_given(ctx: typer.Context, names: Iterable[str]) -> list[str]:
             if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")]
 
 
-def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:
+def load_ops_modules(ops_modules: list[str] | None) -> None:
+    """Register the ops of each ``--ops-module`` before any spec or data is read: a user op's
+    parameters, defaults and FLOPs come from its module."""
     from opatlas.ops import load_ops_module
-    from opatlas.spec import resolve_spec
+
     for m in ops_modules or []:
         load_ops_module(m)
+
+
+def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:
+    from opatlas.spec import resolve_spec
+
+    load_ops_modules(ops_modules)
     return resolve_spec(spec)
 
 

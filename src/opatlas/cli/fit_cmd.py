@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from opatlas.cli.common import OpsModuleOpt, load_ops_modules
 from opatlas.errors import OpatlasError
 from opatlas.tables import TABLE_SUFFIXES
 
@@ -47,6 +48,7 @@ def fit(
     as_json: bool = typer.Option(False, "--json", help="Print the evaluations as JSON (errors "
                                                       "as fractions: 0.0195 is the table's "
                                                       "1.95)."),
+    ops_module: list[str] | None = OpsModuleOpt,
 ) -> None:
     """Fit op runtime models and report held-out errors next to estimate-train-time's models.
 
@@ -61,14 +63,19 @@ def fit(
         opatlas fit --data my.duckdb --recipe reshard --out models.csv --shards 12
 
         opatlas fit --data runs.csv --recipe reshard --group-by kernel --size bytes --time ns
+
+        opatlas fit --data my.duckdb --ops-module my_ops.py   (your own ops: their defaults
+        and counts)
     """
-    from opatlas.fit.data import alias_rows, load_op_data
+    from opatlas.fit.data import alias_rows, check_catalogued, load_op_data
 
     _check_fit_request(recipe, split)
     _check_recipe_options(recipe, {"--shards": shards, "--group-by": group_by,
                                    "--size": size_col, "--time": time_col},
                           {"--op": op, "--device": device, "--dtype": dtype,
-                           "--no-baseline": no_baseline or None})
+                           "--no-baseline": no_baseline or None,
+                           "--ops-module": ops_module or None})
+    load_ops_modules(ops_module)
     _check_fit_out(out, recipe)
     if recipe == "reshard":
         if shards is not None and out is None:
@@ -86,6 +93,7 @@ def fit(
         frame, found = alias_rows(frame, ops)
         for note in (*said, *found):
             typer.echo(f"opatlas: note: {note}", err=True)
+    check_catalogued(frame, data, ops)
     # never empty: evaluate_all refuses a request that leaves nothing, saying why
     evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
     rows = [e.as_json() for e in evs]
@@ -387,6 +395,7 @@ def predict(
     strict: bool = typer.Option(False, "--strict", help="Refuse a shape naming a value (a "
                                                         "linear's role ...) never measured, "
                                                         "or one outside the measured range."),
+    ops_module: list[str] | None = OpsModuleOpt,
 ) -> None:
     """Predict an op's forward and backward time at one shape (models fitted on first use).
 
@@ -398,6 +407,9 @@ def predict(
 
         opatlas predict linear1 --models models --shape mp=1,b=4,l=2048,dim=4096
         (models: saved by opatlas fit --out models)
+
+        opatlas predict scale --data my.duckdb --ops-module my_ops.py --shape n=4096
+        (your own op: its defaults and counts come from its module)
     """
     from opatlas.fit.recipes import RECIPES
     from opatlas.predict import Predictor, check_valid, parse_shape
@@ -408,6 +420,7 @@ def predict(
     if data is not None and models is not None:
         raise OpatlasError(f"--data {data} and --models {models}: give one (the saved models "
                            f"were fitted on their own data)")
+    load_ops_modules(ops_module)
     params = parse_shape(op, shape)
     defaults: dict = {}
     if op == "linear" and "role" not in params:

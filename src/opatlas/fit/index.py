@@ -19,8 +19,10 @@ from opatlas.atomic import atomic_path, write_atomic
 
 # 2: each group lists its named values (categories); 3: repeated shapes merged (as the import
 # does), each group's row count and the range of each numeric parameter; 4: a parameter some
-# rows of an op leave out is its catalog default (fit.data.with_defaults), in ranges too
-INDEX_REVISION = "4"
+# rows of an op leave out is its catalog default (fit.data.with_defaults), in ranges too; 5:
+# each group says whether its rows carry recorded counts, and the index what the catalog knew
+# of each op (the defaults filled in), so loading an --ops-module re-indexes
+INDEX_REVISION = "5"
 
 
 def _source_path(source: str | Path) -> Path:
@@ -49,6 +51,25 @@ def group_key(op: str, pass_: str, device_key: str, dtype: str) -> str:
     return f"{op}|{pass_}|{device_key}|{dtype}"
 
 
+def catalog_key(ops: list[str]) -> dict[str, str | None]:
+    """What the op catalog knows now of each of ``ops``: the defaults (and values an alias
+    fixes) that fill a parameter rows leave out, or None for an op outside it. An index built
+    under other knowledge (before or without the ``--ops-module`` that registers a user's op)
+    filled, or dropped, other rows: it is rebuilt, not trusted."""
+    from opatlas.errors import OpatlasError
+    from opatlas.ops.registry import get_op
+
+    out: dict[str, str | None] = {}
+    for op in ops:
+        try:
+            cat, fixed = get_op(op)
+        except OpatlasError:
+            out[op] = None
+            continue
+        out[op] = json.dumps({**cat.defaults, **fixed}, sort_keys=True, default=repr)
+    return out
+
+
 def _ranges(shapes: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Per numeric parameter, the least and greatest value measured: predictions outside
     them extrapolate. ``shapes`` have their omitted parameters filled (:func:`_build` does):
@@ -70,6 +91,12 @@ def _categories(shapes: list[dict[str, Any]]) -> dict[str, list[str]]:
             if k != "dtype" and isinstance(v, str):
                 seen.setdefault(k, set()).add(v)
     return {k: sorted(v) for k, v in seen.items()}
+
+
+def _counted(rows: Any) -> bool:
+    """Whether ``rows`` carry the counts (FLOPs) ``opatlas run`` recorded: their op was in the
+    catalog when measured (:func:`opatlas.fit.data.uncatalogued`)."""
+    return bool("flops" in rows and rows["flops"].notna().any())
 
 
 class DataIndex:
@@ -95,7 +122,8 @@ class DataIndex:
         except (OSError, ValueError):
             return None
         if meta.get("fingerprint") != fingerprint(self.source) or \
-                not (self.dir / "samples.parquet").exists():
+                not (self.dir / "samples.parquet").exists() or \
+                meta.get("catalog") != catalog_key(meta.get("ops", [])):
             return None
         return meta
 
@@ -115,9 +143,11 @@ class DataIndex:
                                                         "params": params,
                                                         "categories": _categories(shapes),
                                                         "ranges": _ranges(shapes),
-                                                        "rows": len(rows)}
-        meta = {"fingerprint": fingerprint(self.source), "groups": groups,
-                "ops": sorted(frame["op"].unique()), "holdings": holdings(frame)}
+                                                        "rows": len(rows),
+                                                        "counted": _counted(rows)}
+        ops = sorted(map(str, frame["op"].unique()))
+        meta = {"fingerprint": fingerprint(self.source), "groups": groups, "ops": ops,
+                "catalog": catalog_key(ops), "holdings": holdings(frame)}
         with atomic_path(self.dir / "samples.parquet") as tmp:
             frame.to_parquet(tmp, index=False)
         write_atomic(self.dir / "index.json", json.dumps(meta))

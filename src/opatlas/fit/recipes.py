@@ -21,7 +21,7 @@ import numpy as np
 
 from opatlas.columns import Columns, as_columns, distinct_rows, n_rows, to_frame
 from opatlas.devices import Device
-from opatlas.errors import OpatlasError
+from opatlas.errors import OpatlasError, UnknownOpError
 from opatlas.fit.compiled import CompiledTrees, predict_raw
 from opatlas.fit.features import ett_features, feature_columns, op_features
 
@@ -97,6 +97,10 @@ def ett_estimator(op: str, pass_: str) -> Any:
     return RandomForestRegressor(**params, random_state=42, n_jobs=2)
 
 
+class NoCountsWarning(UserWarning):
+    """The hybrid recipe was asked for an op whose counts fail: its model is gbm."""
+
+
 @dataclass
 class OpModel:
     """A fitted model of one (op, pass) on one device and dtype."""
@@ -121,6 +125,20 @@ class OpModel:
     def _uses_roofline(self, X: pd.DataFrame) -> bool:
         return self.recipe == "hybrid" and bool(np.isfinite(X["roofline_us"]).all())
 
+    def _count_error(self, shapes: pd.DataFrame) -> str | None:
+        """Why the op's counts fail on ``shapes``, for the warning; None for an op outside
+        the catalog (data of an op with no formulas, e.g. estimate-train-time's
+        ``optimizer``: trees over its shape are all there is)."""
+        from opatlas.ops.batch import count_columns
+
+        try:
+            c = count_columns(self.op, shapes, dtype=self.dtype)
+        except UnknownOpError:
+            return None
+        except Exception as e:  # a user's formula may raise anything
+            return f"{type(e).__name__}: {e}"
+        return "no count for this pass" if f"flops_{self.pass_}" not in c else "NaN counts"
+
     def fit(self, shapes: pd.DataFrame, y_us: np.ndarray) -> OpModel:
         X = self._X(shapes)
         y = np.asarray(y_us, dtype=float)
@@ -132,6 +150,12 @@ class OpModel:
         import lightgbm as lgb
 
         roof = self._uses_roofline(X)
+        why = self._count_error(shapes) if self.recipe == "hybrid" and not roof else None
+        if why:
+            warnings.warn(f"{self.op} {self.pass_}: its FLOPs and bytes could not be counted "
+                          f"for every row ({why}), so its model is the gbm recipe's trees "
+                          f"over the shape alone, not the hybrid's roofline base",
+                          NoCountsWarning, stacklevel=2)
         self.recipe = "hybrid" if roof else ("gbm" if self.recipe == "hybrid" else self.recipe)
         if roof and LAUNCHES in X:
             self.overhead = fit_overhead(X[LAUNCHES].to_numpy(), X["roofline_us"].to_numpy(), y)

@@ -37,16 +37,33 @@ def count_columns(op_name: str, shapes: Any, **given: Any) -> Columns:
         p: dict[str, Any] = {k: v[start] if k in keys else v[rows] for k, v in table.items()}
         p.update(consts)
         m = n if len(first) == 1 else len(rows)
-        values = [(f"{name}_{pass_}", v) for name, fn in (("flops", op.flops),
-                                                           ("bytes", op.min_bytes))
-                  for pass_, v in fn(p).items()] + list(op.features(p).items())
-        for name, v in values:
+        for name, v in _group_counts(op, p, m).items():
             col = np.broadcast_to(np.asarray(v, dtype=np.float64), (m,))
             if len(first) == 1:
                 out[name] = col
             else:
                 out.setdefault(name, np.full(n, np.nan))[rows] = col
     return out
+
+
+def _counts(op: Any, p: dict[str, Any]) -> dict[str, Any]:
+    return {**{f"{name}_{pass_}": v for name, fn in (("flops", op.flops),
+                                                     ("bytes", op.min_bytes))
+               for pass_, v in fn(p).items()}, **op.features(p)}
+
+
+def _group_counts(op: Any, p: dict[str, Any], m: int) -> dict[str, Any]:
+    """The counts of one group of ``m`` rows, its numbers as arrays: at once where the op's
+    formulas take arrays (the catalog's do), else row by row (a user op written for scalars,
+    e.g. ``float(p["n"])``, still gets its counts, only slower)."""
+    try:
+        return _counts(op, p)
+    except (TypeError, ValueError):
+        arrays = [k for k, v in p.items() if isinstance(v, np.ndarray) and v.ndim == 1]
+        if not arrays:
+            raise
+    rows = [_counts(op, {**p, **{k: p[k][i].item() for k in arrays}}) for i in range(m)]
+    return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}
 
 
 def _constant(values: np.ndarray) -> bool:

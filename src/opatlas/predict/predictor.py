@@ -183,13 +183,29 @@ class Predictor:
             self._params[key] = list(group["params"])
             if isinstance(self.index, SavedModels):
                 model = self.index.model(op, pass_, device, dtype)
+                self._check_catalog(op, uses_counts(model))
             else:
+                self._check_catalog(op, bool(group.get("counted")))
                 self._check_rows(op, pass_, device, dtype, group)
                 model = self._load_or_fit(op, pass_, device, dtype, group, fit)
             if model is None:
                 return None
             self._models[key] = model
         return self._models[key]
+
+    def _check_catalog(self, op: str, counted: bool) -> None:
+        """Refuse an op of the user's own whose ``--ops-module`` is not loaded: its data
+        (``counted``: recorded with its counts) or its saved model (fitted on them) needs its
+        defaults and counts, which only its module gives."""
+        from opatlas.fit.data import in_catalog, module_needed
+
+        if not counted or in_catalog(op):
+            return
+        why = f"the models under {self.data_source} were fitted on its counts (FLOPs, bytes)" \
+            if isinstance(self.index, SavedModels) else \
+            f"the op data {self.data_source} holds the counts (FLOPs, bytes) opatlas run " \
+            f"recorded of it"
+        raise module_needed([op], why)
 
     def check_rows(self, op: str, pass_: str, device: str | None = None,
                    dtype: str | None = None) -> None:
@@ -215,7 +231,7 @@ class Predictor:
         """The compiled model cached beside the full one (numpy only), else the full model
         (fitted on first use, or None when not ``fit``), whose compiled form is then cached
         for the next process."""
-        fingerprint = f"{group['hash']}:r{RECIPE_REVISION}"
+        fingerprint = f"{group['hash']}{user_op_revision(op)}:r{RECIPE_REVISION}"
         reg_key = (device, dtype, self.recipe, op, pass_)
         fast = self.registry.load_compiled(reg_key, fingerprint)
         if fast is not None:
@@ -351,6 +367,37 @@ class Predictor:
         if len(first) == n_rows(table):
             return model.predict(table)
         return model.predict(take(table, first))[codes]
+
+
+def user_op_revision(op: str) -> str:
+    """For a user's op (an ``--ops-module``'s, an entry point's), a digest of the module that
+    defines it, part of its cached models' fingerprint: a model fitted under another version
+    of its counts (or none: the module not loaded, or failing on arrays) corrects another base
+    and is refitted, not trusted. Empty for a built-in op (RECIPE_REVISION covers those) and
+    for one outside the catalog."""
+    import hashlib
+    import sys
+
+    from opatlas.ops.registry import BUILTIN_MODULES, get_op
+
+    try:
+        cls = type(get_op(op)[0])
+    except OpatlasError:
+        return ""
+    if cls.__module__ in BUILTIN_MODULES:
+        return ""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    try:
+        text = Path(path).read_bytes() if path else cls.__qualname__.encode()
+    except OSError:
+        text = cls.__qualname__.encode()
+    return f":u{hashlib.sha256(text).hexdigest()[:12]}"
+
+
+def uses_counts(model: OpModel) -> bool:
+    """Whether ``model`` predicts from its op's counts (the hybrid's roofline, the gbm's
+    analytical features), which the catalog computes from the op."""
+    return model.recipe == "hybrid" or "log_flops" in model.features
 
 
 class UnmeasuredValueWarning(UserWarning):
