@@ -183,3 +183,28 @@ def test_defaulted_simulator_params_are_said_once_per_command(tmp_path, capsys):
     _, err = _run(capsys, tmp_path / "s.duckdb", "--backend-opt", f"params={partial}")
     assert err.count("first-principles defaults are used") == 1
     assert err.count("filed under device") == 1
+
+
+# ------------------------------------------- fit --recipe reshard: one device's rows at a time
+def test_fit_reshard_never_pools_two_devices_of_one_store(capsys, tmp_path):
+    store = tmp_path / "two.duckdb"
+    _run(capsys, store)
+    _run(capsys, store, "--backend-opt", f"params={_params_file(tmp_path / 'p.json', launch_ns=11000.0)}")
+    devices = sorted(set(_results(store)["device"]))
+    assert len(devices) == 2 and devices[0] == "wormhole_b0-sim"
+    code, _, err = cli_in_process(capsys, "fit", "--data", str(store), "--recipe", "reshard")
+    assert code == 2 and f"holds reshards of 2 devices ({', '.join(devices)})" in err
+    assert "--device" in err
+    fitted = {}
+    for d in devices:
+        code, out, err = cli_in_process(capsys, "fit", "--data", str(store), "--recipe",
+                                        "reshard", "--device", d, "--json")
+        assert code == 0, err
+        fitted[d] = {(m["in_grid"], m["out_grid"], m["group"]): m["intercept"]
+                     for m in json.loads(out)}
+    # the same groups, each device's own line: the slower params' intercepts are higher
+    assert fitted[devices[0]].keys() == fitted[devices[1]].keys()
+    assert all(fitted[devices[1]][g] > fitted[devices[0]][g] for g in fitted[devices[0]])
+    code, _, err = cli_in_process(capsys, "fit", "--data", str(store), "--recipe", "reshard",
+                                  "--device", "n150")
+    assert code == 2 and "holds reshards of wormhole_b0-sim" in err

@@ -32,7 +32,8 @@ def fit(
     device: str | None = typer.Option(None, "--device", help="Only the rows measured on this "
                                                              "device (any name of a catalog "
                                                              "device, or a name the data "
-                                                             "holds); default: all."),
+                                                             "holds); default: all (--recipe "
+                                                             "reshard: a store's one device)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Only the rows in this precision "
                                                            "(fp16, bf16, fp32); default: all."),
     shards: int | None = typer.Option(None, "--shards", min=1,
@@ -72,7 +73,7 @@ def fit(
     _check_fit_request(recipe, split)
     _check_recipe_options(recipe, {"--shards": shards, "--group-by": group_by,
                                    "--size": size_col, "--time": time_col},
-                          {"--op": op, "--device": device, "--dtype": dtype,
+                          {"--op": op, "--dtype": dtype,
                            "--no-baseline": no_baseline or None,
                            "--ops-module": ops_module or None})
     load_ops_modules(ops_module)
@@ -82,7 +83,7 @@ def fit(
             raise OpatlasError(f"--shards {shards} splits the models CSV that --out writes: "
                                f"give --out models.csv (without it nothing is saved)")
         _fit_reshard(data, out, shards or 1, as_json, split, group_by or None,
-                     size_col or "tiles", time_col)
+                     size_col or "tiles", time_col, device)
         return
     from opatlas.fit.evaluate import evaluate_all
 
@@ -299,7 +300,8 @@ def _save_models(frame, data: str, recipe: str, out: Path, keys: set, quiet: boo
 
 
 def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split: str,
-                 group_by: list[str] | None, size_col: str, time_col: str | None) -> None:
+                 group_by: list[str] | None, size_col: str, time_col: str | None,
+                 device: str | None = None) -> None:
     """Per-group linear models (the seed's fit_models.py) with in-sample and held-out metrics."""
     from opatlas.fit.linear import RESHARD_GROUPS, fit_linear_groups, heldout_linear_groups, write_models_csv
 
@@ -308,7 +310,7 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
                            "run of the reshard op, or a CSV of them); the default --data "
                            "bundled is the A100 op data, which holds none")
     path = Path(data)
-    df = _reshard_data(path)
+    df = _reshard_data(path, device)
     groups = list(group_by or RESHARD_GROUPS)
     ycol = time_col or ("y" if "y" in df else "duration_ns")
     missing = [c for c in (*groups, size_col, ycol) if c not in df.columns]
@@ -338,15 +340,20 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
                f"{_median(held['heldout_RMSRE'], 'no group holds out a size')}")
 
 
-def _reshard_data(path: Path):
-    """The fitting frame of a CSV, or of a store's ok reshard results: a store without any is
-    refused, naming the ops it holds (a CSV's missing columns are named by the caller)."""
+def _reshard_data(path: Path, device: str | None = None):
+    """The fitting frame of a CSV, or of a store's ok reshard results of one device (a card,
+    the simulator with one params file: ``--device`` picks it where the store holds several):
+    a store without any is refused, naming the ops it holds (a CSV's missing columns are named
+    by the caller)."""
     import pandas as pd
 
     if path.is_dir():  # estimate-train-time's folders hold op samples, not reshards
         raise OpatlasError(f"--recipe reshard: --data {path} is a folder; it takes a store or "
                            f"a CSV of reshard results")
     if path.suffix == ".csv":
+        if device is not None:
+            raise OpatlasError(f"--device {device}: --recipe reshard picks a device of a store's "
+                               f"results; {path} is a CSV (keep only that device's rows in it)")
         return pd.read_csv(path)
     from opatlas.store import Store
     from opatlas.tenstorrent.fit import reshard_frame_from_store
@@ -358,7 +365,23 @@ def _reshard_data(path: Path):
         raise OpatlasError(f"--recipe reshard: the store {path} holds no ok reshard results "
                            f"(it holds ops: {', '.join(ops) or 'none'}); the reshard recipe "
                            f"fits the 'reshard' op's results")
-    return df
+    return _one_device(df, path, device).drop(columns="device")
+
+
+def _one_device(df, path: Path, device: str | None):
+    """The rows of ``device``, or of the store's only device: reshards of two devices (two
+    cards, the simulator under two params files) are never pooled into one line."""
+    held = sorted(df["device"].unique())
+    if device is None:
+        if len(held) > 1:
+            raise OpatlasError(f"--recipe reshard: the store {path} holds reshards of "
+                               f"{len(held)} devices ({', '.join(held)}); pick one with "
+                               f"--device")
+        return df
+    if device not in held:
+        raise OpatlasError(f"--device {device}: the store {path} holds reshards of "
+                           f"{', '.join(held)} only")
+    return df[df["device"] == device]
 
 
 def _median(values, why_none: str) -> str:

@@ -14,18 +14,19 @@ SELECT json_extract_string(params_json, '$.input_core_grid') AS in_grid,
        json_extract_string(params_json, '$.output_shard_strategy') AS sout,
        CAST(json_extract(params_json, '$.input_shape[2]') AS BIGINT)
          * CAST(json_extract(params_json, '$.input_shape[3]') AS BIGINT) // 1024 AS tiles,
-       mean_ns AS y
+       mean_ns AS y, device
 FROM results WHERE op = 'reshard' AND status = 'ok' AND mean_ns IS NOT NULL
 """
 
 
 def reshard_frame_from_store(store: object) -> pd.DataFrame:
-    """The fitting frame straight from DuckDB (no per-row JSON parsing in Python)."""
+    """The fitting frame straight from DuckDB (no per-row JSON parsing in Python), with the
+    device each row was measured on."""
     df = store.con.execute(RESHARD_SQL).df()  # type: ignore[attr-defined]
     pairs = df[["sin", "sout"]].drop_duplicates()
     names = {(a, b): group_name(a, b) for a, b in pairs.itertuples(index=False)}
     df["group"] = [names[(a, b)] for a, b in zip(df["sin"], df["sout"], strict=True)]
-    return df[["in_grid", "out_grid", "group", "tiles", "y"]]
+    return df[["in_grid", "out_grid", "group", "tiles", "y", "device"]]
 
 
 def reshard_frame(results: pd.DataFrame) -> pd.DataFrame:
