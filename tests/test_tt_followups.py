@@ -106,9 +106,30 @@ def test_a_sim_store_alone_is_analysed_with_the_wormhole_catalog_peaks(tmp_path,
         assert summary["peak_flops_s"] == wormhole.peak("bf16")  # not ~1 FLOP/s
         assert summary["peak_bytes_s"] == wormhole.bandwidth
         assert "peaks" not in summary  # not the empirical ones
-        said = [n for n in summary["notes"] if n.startswith("wormhole_b0-sim:")]
+        said = [n for n in summary["notes"] if n.startswith(f"{device}: simulated timings")]
         assert len(said) == 1 and wormhole.name in said[0] and "assumed" in said[0]
         assert said[0] in err and "not in the catalog" not in err
+
+
+def test_a_ttnn_cards_store_is_analysed_with_the_wormhole_catalog_peaks(tmp_path, capsys):
+    """ttnn files a card's results under ``wormhole_b0-card<N>``: its chip's catalog peaks,
+    said, not the empirical ones of a device the catalog does not know."""
+    from opatlas.devices import find_device
+    from opatlas.store import Store
+
+    store = tmp_path / "card.duckdb"
+    _run(capsys, store)
+    with Store(store) as st:  # as if measured by --backend ttnn on card 1
+        st.con.execute("UPDATE results SET device = 'wormhole_b0-card1'")
+    code, out, err = cli_in_process(capsys, "analyze", str(store), "--json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"]
+    wormhole = find_device("wormhole_b0")
+    assert summary["peak_flops_s"] == wormhole.peak("bf16")
+    assert summary["peak_bytes_s"] == wormhole.bandwidth
+    said = [n for n in summary["notes"] if n.startswith("wormhole_b0-card1: a card's timings")]
+    assert len(said) == 1 and wormhole.name in said[0]
+    assert "not in the catalog" not in err
 
 
 # ------------------------------------------------------- 3. imported rows' minimum bytes

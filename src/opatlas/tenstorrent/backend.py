@@ -8,6 +8,7 @@ device, so a resumed run reuses only the timings of the same parameters."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,11 +59,17 @@ def sim_device(params: WormholeParams) -> str:
     return SIM_DEVICE if params == calibrated_params() else f"{SIM_DEVICE}-{params.fingerprint()}"
 
 
-def simulated_chip(device: str) -> str | None:
-    """The catalog's name of the chip that a simulated device's results stand for
-    (``wormhole_b0`` for ``wormhole_b0-sim`` under any parameters); None for any other."""
+def chip_of(device: str) -> tuple[str, str] | None:
+    """(the catalog's name of the chip, what the results are) for the devices the Tenstorrent
+    backends file results under: ``wormhole_b0-sim`` under any parameters (simulated
+    timings) and ttnn's ``wormhole_b0-card<N>`` (a card's, whose board is not recorded);
+    None for any other."""
     name = str(device)
-    return CHIP if name == SIM_DEVICE or name.startswith(f"{SIM_DEVICE}-") else None
+    if name == SIM_DEVICE or name.startswith(f"{SIM_DEVICE}-"):
+        return CHIP, "simulated timings"
+    if re.fullmatch(rf"{CHIP}-card\d+", name):
+        return CHIP, "a card's timings (its board is not recorded)"
+    return None
 
 
 def load_params(path: str | Path) -> tuple[WormholeParams, str]:

@@ -257,18 +257,19 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
 
 
 def _catalog_name(device: str, said: list[str] | None = None) -> str:
-    """The name to look ``device`` up in the catalog under: a simulated device takes the peaks
-    of the chip it simulates (``wormhole_b0-sim``, under any parameters, the catalog's
-    Wormhole's), an assumption said in ``said``; any other device is its own name."""
+    """The name to look ``device`` up in the catalog under: a Tenstorrent backend's device
+    (``wormhole_b0-sim`` under any parameters, ttnn's ``wormhole_b0-card<N>``) takes the
+    peaks of its chip (the catalog's Wormhole's), an assumption said in ``said``; any other
+    device is its own name."""
     from opatlas.devices import find_device
-    from opatlas.tenstorrent.backend import simulated_chip
+    from opatlas.tenstorrent.backend import chip_of
 
-    chip = simulated_chip(device) if find_device(device) is None else None
-    found = find_device(chip) if chip else None
-    if found is None:
+    chip = chip_of(device) if find_device(device) is None else None
+    found = find_device(chip[0]) if chip else None
+    if chip is None or found is None:
         return device
-    note = (f"{chip}-sim: simulated timings; the device's peaks are the catalog's "
-            f"{found.name}'s, assumed to be the chip the simulator models")
+    note = (f"{device}: {chip[1]}; the device's peaks are the catalog's {found.name}'s, "
+            f"assumed to be its chip")
     if said is not None and note not in said:
         said.append(note)
     return found.name
