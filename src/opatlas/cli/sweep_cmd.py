@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -103,17 +104,62 @@ def list_cmd() -> None:
         typer.echo(name)
 
 
-def ops(aliases: bool = typer.Option(False, "--aliases", help="Also list aliases.")) -> None:
-    """List the ops in the catalog with their parameters and passes."""
+def ops(
+    aliases: bool = typer.Option(False, "--aliases", help="Also list aliases, each with the "
+                                                          "op it runs and what it fixes."),
+    as_json: bool = typer.Option(False, "--json", help="Print the catalog as JSON."),
+    ops_module: list[str] | None = OpsModuleOpt,
+) -> None:
+    """List the ops in the catalog with their parameters (dtype and its default included)
+    and passes.
 
+    Examples:
+
+        opatlas ops --aliases
+
+        opatlas ops --ops-module my_ops.py --json
+    """
+    from opatlas.cli.common import load_ops_modules
+    from opatlas.ops import list_ops
+
+    load_ops_modules(ops_module)
+    entries = [catalog_entry(name) for name in list_ops(include_aliases=aliases)]
+    if as_json:
+        typer.echo(json.dumps(entries, indent=1, default=str))
+        return
+    _print_ops(entries, aliases)
+
+
+def catalog_entry(name: str) -> dict[str, Any]:
+    """What ``opatlas ops`` says of ``name``: an alias's required and optional parameters are
+    its op's less those it fixes (a spec cannot give them another value), which ``fixed``
+    holds. ``dtype`` is among the optional ones of every op: each vector has one."""
+    from opatlas.ops import get_op
+    from opatlas.ops.registry import alias_of
+    from opatlas.spec.model import DEFAULT_DTYPE
+
+    op, fixed = get_op(name)
+    target = alias_of(name)
+    defaults = {k: v for k, v in op.defaults.items() if k not in fixed}
+    if "dtype" not in fixed:
+        defaults.setdefault("dtype", DEFAULT_DTYPE)
+    return {"op": name, "alias_of": target[0] if target else None, "fixed": fixed,
+            "params": [p for p in op.params if p not in fixed], "defaults": defaults,
+            "passes": list(op.passes), "description": op.description}
+
+
+def _print_ops(entries: list[dict[str, Any]], aliases: bool) -> None:
     from rich.table import Table
 
     from opatlas.console import print_wide
-    from opatlas.ops import get_op, list_ops
 
-    table = Table("op", "parameters", "optional (default)", "passes", "what")
-    for name in list_ops(include_aliases=aliases):
-        op, fixed = get_op(name)
-        opt = ", ".join(f"{k}={v}" for k, v in {**op.defaults, **fixed}.items())
-        table.add_row(name, ", ".join(op.params), opt, "/".join(op.passes), op.description)
+    columns = ["op", *(["alias of (fixes)"] if aliases else []), "parameters",
+               "optional (default)", "passes", "what"]
+    table = Table(*columns)
+    for e in entries:
+        fixes = ", ".join(f"{k}={v}" for k, v in e["fixed"].items())
+        alias = [f"{e['alias_of']} ({fixes})" if fixes else e["alias_of"] or ""]
+        table.add_row(e["op"], *(alias if aliases else []), ", ".join(e["params"]),
+                      ", ".join(f"{k}={v}" for k, v in e["defaults"].items()),
+                      "/".join(e["passes"]), e["description"])
     print_wide(table)

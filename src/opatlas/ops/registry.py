@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
-from opatlas.errors import OpatlasError, UnknownOpError
+from opatlas.errors import InvalidShape, OpatlasError, UnknownOpError
 from opatlas.ops.base import Op
 
 _OPS: dict[str, Op] = {}
@@ -108,8 +108,36 @@ def filed_as(name: str, stored: Iterable[str]) -> list[tuple[str, dict[str, Any]
     return out
 
 
-def list_ops(include_aliases: bool = False) -> list[str]:
+def alias_of(name: str) -> tuple[str, dict[str, Any]] | None:
+    """The op the alias ``name`` runs and the parameters it fixes; None for an op's own name
+    (or a name outside the catalog)."""
     _load_builtins()
+    if name in _OPS or name not in _ALIASES:
+        return None
+    target, fixed = _ALIASES[name]
+    return target, dict(fixed)
+
+
+def contradicted(fixed: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
+    """The first parameter an alias fixes (``fixed``) that ``params`` gives another value:
+    those vectors would measure another op (``linear1`` with role vocab is ``linear_final``)
+    and file it under the alias's name."""
+    return next((k for k, v in fixed.items() if k in params and params[k] != v), None)
+
+
+def aliases_fixing(op: str, fixed: Mapping[str, Any]) -> list[str]:
+    """The aliases of ``op`` that fix exactly ``fixed`` (``linear``, role vocab:
+    ``linear_final``): what a spec contradicting an alias meant."""
+    _load_builtins()
+    return sorted(a for a, (target, pre) in _ALIASES.items()
+                  if target == op and pre == dict(fixed))
+
+
+def list_ops(include_aliases: bool = False) -> list[str]:
+    """The catalog's names (its built-in ops, those of loaded ``--ops-module`` files and of
+    the ``opatlas.ops`` entry points), and its aliases when asked."""
+    _load_builtins()
+    _load_entry_points()
     names = [n for n in _OPS if not n.startswith("fault")]
     if include_aliases:
         names += list(_ALIASES)
@@ -168,5 +196,12 @@ def _import_error(path: str, exc: Exception) -> OpatlasError:
 
 
 def resolved_params(op_name: str, params: Mapping[str, Any]) -> tuple[Op, dict[str, Any]]:
+    """The op of ``op_name`` and ``params`` with the alias's fixed parameters and the op's
+    defaults filled in. A parameter contradicting the alias is ``InvalidShape``, never
+    measured: the row would file another op's timing under the alias's name."""
     op, fixed = get_op(op_name)
+    key = contradicted(fixed, params)
+    if key is not None:
+        raise InvalidShape(f"op {op_name!r} is {op.name!r} with {key}={fixed[key]!r}; "
+                           f"{key}={params[key]!r} is another op")
     return op, op.resolve({**fixed, **params})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -32,7 +33,7 @@ def resolve_spec(name_or_path: str | Path) -> SweepSpec:
         return load_spec(path)
     builtin = _builtin_path(str(name_or_path))
     if builtin is not None:
-        return load_spec(builtin)
+        return load_spec(builtin, note_defaults=False)
     from opatlas.sweep.builtin import builtin_spec  # local: builtin specs may import ops
 
     spec = builtin_spec(str(name_or_path))
@@ -42,7 +43,10 @@ def resolve_spec(name_or_path: str | Path) -> SweepSpec:
                     file=str(name_or_path))
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, *, note_defaults: bool = True) -> SweepSpec:
+    """The spec in the file ``path``. ``note_defaults``: say on stderr the dtype its vectors
+    take when the file gives none (off for the built-in specs: opatlas chose it, not the
+    user)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -57,7 +61,27 @@ def load_spec(path: str | Path) -> SweepSpec:
                         value=type(data).__name__)
     data = dict(data)
     data.setdefault("name", path.stem)
-    return spec_from_mapping(data, file=str(path))
+    spec = spec_from_mapping(data, file=str(path))
+    if note_defaults:
+        _note_dtype(spec, data, str(path))
+    return spec
+
+
+def _note_dtype(spec: SweepSpec, data: Mapping[str, Any], file: str) -> None:
+    """Say the dtype a spec's vectors take when the file gives none (``dtype``, ``fixed.dtype``
+    or a ``dtype`` parameter): they would otherwise be measured at it unannounced."""
+    if data.get("dtype") == spec.dtype or "dtype" in spec.fixed or \
+            "dtype" in spec.param_names():
+        return
+    from opatlas.ops.base import DTYPE_BYTES
+
+    if spec.source == "ett":
+        why = (f"an estimate-train-time config has no dtype: its vectors are {spec.dtype}, the "
+               f"precision its sampling runs at")
+    else:
+        why = (f"no dtype given: its vectors are {spec.dtype}, the default (set dtype: to one "
+               f"of {', '.join(DTYPE_BYTES)} to choose)")
+    print(f"opatlas: note: {file}: {why}", file=sys.stderr)
 
 
 def spec_from_mapping(data: Mapping[str, Any], *, file: str = "<spec>") -> SweepSpec:
@@ -172,6 +196,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
         raise SpecError(str(exc), file=file,
                         key="kernel_name" if spec.source == "ett" else "op",
                         value=spec.op) from None
+    _check_alias(spec, op, fixed, file)
     provided = set(spec.param_names()) | set(spec.fixed) | set(fixed) | {"dtype"}
     missing = [p for p in op.params if p not in provided and p not in op.defaults]
     if missing:
@@ -189,6 +214,27 @@ def _check_op(spec: SweepSpec, file: str) -> None:
                       f"of its values repeats the same measurement under another vector "
                       f"(it takes {', '.join([*op.params, *op.defaults])})", UserWarning,
                       stacklevel=2)
+
+
+def _check_alias(spec: SweepSpec, op: Op, fixed: Mapping[str, Any], file: str) -> None:
+    """A spec of an alias (``linear1``: linear with role qkv) gives no parameter the alias
+    fixes with another value: it would measure another op (the vocab projection) and file
+    it under the alias's name. The same value is allowed."""
+    from opatlas.ops.registry import aliases_fixing, contradicted
+
+    given = [(f"fixed.{name}", name, v) for name, v in spec.fixed.items()]
+    given += [(f"params.{key}", name, v) for key, name, v in spec.named_values()]
+    if "dtype" in spec.model_fields_set:
+        given.append(("dtype", "dtype", spec.dtype))
+    for key, name, value in given:
+        if contradicted(fixed, {name: value}) is None:
+            continue
+        meant = aliases_fixing(op.name, {name: value})
+        instead = f"op '{meant[0]}' ({op.name} with {name}={value}), or " if meant else ""
+        raise SpecError(f"op '{spec.op}' is the alias of op '{op.name}' with {name} fixed to "
+                        f"{fixed[name]!r}, so the spec cannot give another {name}: leave "
+                        f"{name} out, or use {instead}op '{op.name}' with {name} as a "
+                        f"parameter", file=file, key=key, value=value)
 
 
 def _check_dtypes(spec: SweepSpec, file: str) -> None:

@@ -14,6 +14,7 @@ from opatlas.expressions import Expression, ExpressionError
 Scalar = int | float | str | bool
 MAX_RANGE_VALUES = 1_000_000
 PASSES = ("fwd", "bwd", "step")
+DEFAULT_DTYPE = "fp32"  # a spec's dtype when it gives none (said on stderr when loaded)
 
 
 class ParamError(ValueError):
@@ -94,7 +95,7 @@ class SweepSpec(BaseModel):
     op: str = Field(min_length=1)
     params: dict[str, ParamValues] = Field(min_length=1)
     fixed: dict[str, Scalar] = Field(default_factory=dict)
-    dtype: str = "fp32"
+    dtype: str = DEFAULT_DTYPE
     passes: list[Literal["fwd", "bwd", "step"]] | None = None
     constraints: list[str] = Field(default_factory=list)
     suite_by: list[str] = Field(default_factory=list)
