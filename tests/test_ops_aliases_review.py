@@ -120,3 +120,26 @@ def test_an_ett_config_says_it_runs_at_fp16(capsys):
     code, _, err = cli_in_process(capsys, "sweep", "expand", str(path), "--json")
     assert code == 0
     assert "an estimate-train-time config has no dtype: its vectors are fp16" in err
+
+
+def test_predict_names_what_an_alias_fixes_and_the_alias_of_another_value(capsys):
+    code, _, err = cli_in_process(capsys, "predict", "linear2", "--shape",
+                                  "mp=1,b=1,l=128,dim=256,role=ffn_up")
+    line = one_error(code, err, "unknown role", "linear2 is linear with role='out' fixed")
+    assert "linear3 (role='ffn_up')" in line and "linear_final (role='vocab')" in line
+
+
+@pytest.mark.parametrize("shape", [[[1, 1, 64, 64]], ["1,1,64,64"]])
+def test_a_files_reshard_spec_is_refused_with_the_way_to_its_built_in_sweep(tmp_path, capsys,
+                                                                           shape):
+    """The reshard's vectors come from its built-in sweep: a file's spec of it had died in
+    pydantic's list noise, or with a KeyError traceback (fp32, the spec default, has no
+    Tenstorrent datum size)."""
+    path = write_spec(tmp_path / "r.yml", {
+        "op": "reshard", "params": {"input_shape": shape, "input_core_grid": ["2x2"],
+                                    "output_core_grid": ["1x1"],
+                                    "input_shard_strategy": ["BLOCK"],
+                                    "output_shard_strategy": ["BLOCK"]}})
+    code, _, err = cli_in_process(capsys, "sweep", "expand", str(path))
+    one_error(code, err, str(path), "key 'op'", "'reshard'", "built-in spec",
+              "opatlas run reshard --where")

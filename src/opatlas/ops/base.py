@@ -13,6 +13,7 @@ from opatlas.errors import InvalidShape
 # shape parameters that count something (sizes and splits): whole numbers, at least 1
 SIZE_PARAMS = frozenset({"mp", "b", "h", "l", "dim", "ffn", "vocab", "kv_heads", "heads",
                          "head_dim"})
+DEFAULT_DTYPE = "fp32"  # a vector's dtype when neither it nor its op gives one
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 
@@ -78,7 +79,7 @@ class Op:
         missing = [p for p in self.params if p not in out]
         if missing:
             raise InvalidShape(f"op {self.name!r} is missing parameter(s) {missing}")
-        out.setdefault("dtype", "fp32")
+        out.setdefault("dtype", DEFAULT_DTYPE)
         return out
 
     def invalid_reason(self, params: Mapping[str, Any]) -> str | None:

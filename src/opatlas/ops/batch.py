@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from opatlas.columns import Columns, as_columns, distinct_rows, is_numeric, n_rows, to_frame
+from opatlas.ops.base import DEFAULT_DTYPE
 from opatlas.ops.registry import get_op
 
 KEY_COLUMNS = ("dtype", "role", "stage")  # always group keys, even when they hold numbers
@@ -25,7 +26,7 @@ def count_columns(op_name: str, shapes: Any, **given: Any) -> Columns:
     op, fixed = get_op(op_name)
     table = {k: v for k, v in as_columns(shapes).items() if k not in given}
     n = n_rows(table)
-    consts = {k: v for k, v in {"dtype": "fp32", **op.defaults, **fixed, **given}.items()
+    consts = {k: v for k, v in {"dtype": DEFAULT_DTYPE, **op.defaults, **fixed, **given}.items()
               if k not in table}
     keys = [c for c, v in table.items() if c in KEY_COLUMNS or not is_numeric(v)]
     varying = [k for k in keys if not _constant(table[k])]

@@ -133,6 +133,13 @@ def aliases_fixing(op: str, fixed: Mapping[str, Any]) -> list[str]:
                   if target == op and pre == dict(fixed))
 
 
+def aliases_of(op: str) -> dict[str, dict[str, Any]]:
+    """Every alias of ``op`` and the parameters it fixes (``linear``: ``linear1`` role qkv,
+    ``linear2`` role out, ...)."""
+    _load_builtins()
+    return {a: dict(pre) for a, (target, pre) in sorted(_ALIASES.items()) if target == op}
+
+
 def list_ops(include_aliases: bool = False) -> list[str]:
     """The catalog's names (its built-in ops, those of loaded ``--ops-module`` files and of
     the ``opatlas.ops`` entry points), and its aliases when asked."""

@@ -301,7 +301,7 @@ class Predictor:
                                 if p)
             optional = f" (optional: {', '.join(extra)})" if extra else ""
             raise OpatlasError(f"op {op!r} takes shape parameters {', '.join(need)}{optional}; "
-                               f"{problem}")
+                               f"{problem}{_fixed_by_alias(op, unknown)}")
 
     def _say_unmeasured(self, op: str, pass_: str, table: Columns, device: str | None,
                         dtype: str | None) -> None:
@@ -398,6 +398,24 @@ def uses_counts(model: OpModel) -> bool:
     """Whether ``model`` predicts from its op's counts (the hybrid's roofline, the gbm's
     analytical features), which the catalog computes from the op."""
     return model.recipe == "hybrid" or "log_flops" in model.features
+
+
+def _fixed_by_alias(op: str, unknown: Sequence[str]) -> str:
+    """Where a shape gives a parameter the alias ``op`` fixes (``linear2``: role out), what it
+    fixes and the aliases that fix the others."""
+    from opatlas.ops.registry import alias_of, aliases_of
+
+    alias = alias_of(op)
+    keys = [k for k in unknown if alias is not None and k in alias[1]]
+    if alias is None or not keys:
+        return ""
+    target, fixed = alias
+    said = ", ".join(f"{k}={fixed[k]!r}" for k in keys)
+    others = ", ".join(f"{a} ({', '.join(f'{k}={v!r}' for k, v in pre.items())})"
+                       for a, pre in aliases_of(target).items() if a != op
+                       and any(k in pre for k in keys))
+    return (f" ({op} is {target} with {said} fixed; the other values are other ops: "
+            f"{others})" if others else f" ({op} is {target} with {said} fixed)")
 
 
 class UnmeasuredValueWarning(UserWarning):

@@ -61,6 +61,8 @@ def load_spec(path: str | Path, *, note_defaults: bool = True) -> SweepSpec:
                         value=type(data).__name__)
     data = dict(data)
     data.setdefault("name", path.stem)
+    if "op" in data:
+        _refuse_builtin_only(data["op"], str(path))
     spec = spec_from_mapping(data, file=str(path))
     if note_defaults:
         _note_dtype(spec, data, str(path))
@@ -187,6 +189,29 @@ def _from_ett(data: dict[str, Any], file: str) -> dict[str, Any]:
     }
 
 
+# ops whose vectors only their built-in spec expands (a reshard's tensor shape is a list, the
+# seed's grids are not a product of values)
+BUILTIN_SWEEP_ONLY = ("reshard",)
+
+
+def _refuse_builtin_only(name: Any, file: str) -> None:
+    """A file's spec of an op of :data:`BUILTIN_SWEEP_ONLY` is refused, with the way to run
+    part of its built-in sweep (before its values are validated: a reshard's shape, a list,
+    would only get pydantic's complaint about lists)."""
+    from opatlas.ops import get_op
+
+    try:
+        op, _ = get_op(str(name))
+    except UnknownOpError:
+        return  # said where the op is checked
+    if op.name in BUILTIN_SWEEP_ONLY:
+        raise SpecError(f"op '{op.name}' is swept by its built-in spec (the seed's grids, "
+                        f"shapes and strategies), not a file's: select part of it with "
+                        f"`opatlas run {op.name} --where \"input_core_grid == '2x2'\"` "
+                        f"(`opatlas sweep expand {op.name} --json` shows its parameters)",
+                        file=file, key="op", value=name)
+
+
 def _check_op(spec: SweepSpec, file: str) -> None:
     from opatlas.ops import get_op  # local import: ops may pull optional modules
 
@@ -196,6 +221,8 @@ def _check_op(spec: SweepSpec, file: str) -> None:
         raise SpecError(str(exc), file=file,
                         key="kernel_name" if spec.source == "ett" else "op",
                         value=spec.op) from None
+    if spec.source != "builtin":
+        _refuse_builtin_only(spec.op, file)
     _check_alias(spec, op, fixed, file)
     provided = set(spec.param_names()) | set(spec.fixed) | set(fixed) | {"dtype"}
     missing = [p for p in op.params if p not in provided and p not in op.defaults]

@@ -10,11 +10,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opatlas.expressions import Expression, ExpressionError
+from opatlas.ops.base import DEFAULT_DTYPE  # a spec's dtype when it gives none (said on stderr)
 
 Scalar = int | float | str | bool
 MAX_RANGE_VALUES = 1_000_000
 PASSES = ("fwd", "bwd", "step")
-DEFAULT_DTYPE = "fp32"  # a spec's dtype when it gives none (said on stderr when loaded)
 
 
 class ParamError(ValueError):
