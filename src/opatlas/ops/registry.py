@@ -212,3 +212,17 @@ def resolved_params(op_name: str, params: Mapping[str, Any]) -> tuple[Op, dict[s
         raise InvalidShape(f"op {op_name!r} is {op.name!r} with {key}={fixed[key]!r}; "
                            f"{key}={params[key]!r} is another op")
     return op, op.resolve({**fixed, **params})
+
+
+def catalog_counts(op_name: str, params: Mapping[str, Any]
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+    """(FLOPs, minimum bytes) per pass of a stored or measured row's op and parameters, as
+    the catalog counts them; ({}, {}) where it cannot (an op it does not model, a shape it
+    refuses): a count never loses a measurement."""
+    try:
+        op, full = resolved_params(op_name, params)
+        if op.invalid_reason(full) is None:
+            return op.flops(full), op.min_bytes(full)
+    except Exception:  # any failure to count leaves the row without counts
+        pass
+    return {}, {}

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from opatlas.ops.registry import resolved_params
+from opatlas.ops.registry import catalog_counts
 from opatlas.run.stats import summarize
 from opatlas.run.worker import Outcome
 from opatlas.store import ResultRow, Store
@@ -26,11 +26,7 @@ class RowBuilder:
     versions_json: str
 
     def rows(self, vec: Vector, passes: Sequence[str], outcome: Outcome) -> list[ResultRow]:
-        try:
-            op, full = resolved_params(vec.op, vec.params)
-            flops, nbytes = op.flops(full), op.min_bytes(full)
-        except Exception:  # counting must never lose a measurement
-            flops, nbytes = {}, {}
+        flops, nbytes = catalog_counts(vec.op, vec.params)
         rows = []
         for pass_ in passes:
             row = ResultRow(

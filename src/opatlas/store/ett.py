@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from opatlas.errors import StoreError
+from opatlas.ops.registry import catalog_counts
 from opatlas.samples import bundled_dataset, filed_device_name, parse_sample_name
 from opatlas.store.db import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
@@ -31,18 +32,6 @@ IMPORT_BACKEND = "ett-import"
 __all__ = ["EttExport", "bundled_dataset", "export_ett", "export_ett_report",
            "filed_device_name", "import_ett_samples", "merge_repeats", "parse_sample_name",
            "read_sample_file"]
-
-
-def _counts(op: str, params: dict) -> tuple[dict, dict]:
-    from opatlas.ops.registry import resolved_params
-
-    try:
-        o, full = resolved_params(op, params)
-        if o.invalid_reason(full) is None:
-            return o.flops(full), o.min_bytes(full)
-    except Exception:  # ops opatlas does not model yet import without counts
-        pass
-    return {}, {}
 
 
 def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
@@ -68,7 +57,7 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
     for (line, cells), params in zip(lines, shapes, strict=True):
         params["dtype"] = meta["prec"]
         vid = vector_id(op, params)
-        flops, nbytes = _counts(op, params) if counts and kind == "op" else ({}, {})
+        flops, nbytes = catalog_counts(op, params) if counts and kind == "op" else ({}, {})
         for col, at in times:
             us = _time_us(path, line, col, cells[at])
             if us is None:

@@ -125,13 +125,10 @@ def _counts(params: dict[str, Any]) -> tuple[float | None, float | None]:
     """The fwd FLOPs and minimum bytes of a reshard, counted by the op catalog as a run's rows
     are (:class:`opatlas.run.records.RowBuilder`): (None, None) where it cannot count them
     (a dtype it does not know); a count never loses a measurement."""
-    from opatlas.ops.registry import resolved_params
+    from opatlas.ops.registry import catalog_counts
 
-    try:
-        op, full = resolved_params(EXPORT_OP, params)
-        return op.flops(full).get("fwd"), op.min_bytes(full).get("fwd")
-    except Exception:
-        return None, None
+    flops, nbytes = catalog_counts(EXPORT_OP, params)
+    return flops.get("fwd"), nbytes.get("fwd")
 
 
 def import_tt(store: Store, vectors_dir: str | Path, results_dir: str | Path,
