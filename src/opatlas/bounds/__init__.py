@@ -10,9 +10,10 @@ from opatlas.bounds.einsum import (
     from_index_string,
     gbmm,
     gemm,
+    gqa_bmm,
     parse_problem,
 )
 from opatlas.bounds.frontier import Frontier, frontier, pareto_indices
 
 __all__ = ["Einsum", "Frontier", "Tensor", "bmm", "conv", "from_index_string", "frontier",
-           "gbmm", "gemm", "pareto_indices", "parse_problem"]
+           "gbmm", "gemm", "gqa_bmm", "pareto_indices", "parse_problem"]

@@ -57,8 +57,9 @@ class Frontier(Curve):
 
     @property
     def algo_max(self) -> int:
-        """3·MACs: every operand moved for every MAC (the artifact's dashed 'Algo max')."""
-        return 3 * self.einsum.macs
+        """(number of tensors)·MACs: every operand moved for every MAC (the artifact's
+        dashed 'Algo max', 3·MACs for its two-input problems)."""
+        return len(self.einsum.tensors) * self.einsum.macs
 
     @property
     def max_effectual_buffer(self) -> int:
@@ -70,7 +71,8 @@ class Frontier(Curve):
         return self.max_effectual_buffer / self.einsum.total_operand_size
 
     def oi(self, accesses: np.ndarray | int | None = None) -> np.ndarray:
-        """Operational intensity in ops per byte: (2·MACs − |O|) / (accesses·word bytes)."""
+        """Operational intensity in ops per byte: ``einsum.ops`` (inputs·MACs − |O|, so
+        2·MACs − |O| for two inputs) / (accesses·word bytes)."""
         a = self.accesses if accesses is None else np.asarray(accesses)
         return self.einsum.ops / (a * self.einsum.word_bytes)
 

@@ -168,20 +168,37 @@ def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
     _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
 
 
-def _grouped_bmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1) -> Einsum:
-    """The grouped BMM of grouped-query attention: H heads share G groups of weights, so H
-    must be a multiple of G (the template itself takes any H and G)."""
-    from opatlas.bounds import gbmm
+def _grouped_bmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1, *,
+                 artifact: bool = False, other: str = "--artifact-template") -> Einsum:
+    """GQA's grouped BMM (H/G heads per group share that group's weights: H·M·K·N MACs), or
+    with ``artifact`` the artifact's template (every head against every group: H·G·M·K·N);
+    either way H must be a multiple of G. Which one runs is said when G > 1 (they differ),
+    with ``other``, how to ask for the template."""
+    import warnings
+
+    from opatlas.bounds.einsum import gbmm, gqa_bmm
 
     if H % G:
         raise ValueError(f"{H} heads do not split evenly into {G} groups")
-    return gbmm(M, K, N, H, G, word_bytes)
+    e = gbmm(M, K, N, H, G, word_bytes) if artifact else gqa_bmm(M, K, N, H, G, word_bytes)
+    if G > 1:
+        warnings.warn(_GBMM_ARTIFACT_NOTE if artifact else _GBMM_GQA_NOTE.format(other=other),
+                      stacklevel=2)
+    return e
 
 
-def _made(label: str, make: Any, *args: Any) -> Einsum:
+_GBMM_GQA_NOTE = ("gbmm: bounding GQA's grouped BMM, H/G heads per group sharing that group's "
+                  "weights (H·M·K·N MACs); {other} bounds the artifact's template, "
+                  "whose loops run every head against every group (H·G·M·K·N)")
+_GBMM_ARTIFACT_NOTE = ("gbmm: bounding the artifact's template, Inputs[H,M,K]·Weights[G,K,N] "
+                       "with loops over H·G·M·K·N (every head against every group), not GQA's "
+                       "grouped BMM; OI over the true H·M·K·N MACs")
+
+
+def _made(label: str, make: Any, *args: Any, **kwargs: Any) -> Einsum:
     """``make(*args)``, a problem it refuses (too large to count, ...) one error line."""
     try:
-        return make(*args)
+        return make(*args, **kwargs)
     except (ValueError, TypeError) as exc:
         raise OpatlasError(f"{label}: {exc}") from None
 
@@ -193,24 +210,29 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
              heads: int = typer.Option(1, "--heads", "-H", min=1, help="H: input heads."),
              groups: int = typer.Option(1, "--groups", "-G", min=1,
                                         help="G: weight groups; H must be a multiple."),
+             artifact_template: bool = typer.Option(
+                 False, "--artifact-template",
+                 help="Bound the artifact's template instead (Inputs[H,M,K], Weights[G,K,N], "
+                      "loops over H·G·M·K·N: every head against every group), as its "
+                      "Fig. 13/14 and bound figures do."),
              word_bytes: int = WordOpt, as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
              at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
-    """Bound of the artifact's grouped BMM: Inputs[H,M,K], Weights[G,K,N], Outputs[H,M,N].
+    """Bound of the grouped BMM of grouped-query attention: H heads in G groups, the H/G
+    heads of a group sharing its weights (H·M·K·N multiply-accumulates).
 
-    The bound is the artifact's template's, whose loops run over H·G·M·K·N (every head with
-    every group's weights); OI is over the true compute, H·M·K·N multiply-accumulates, counted
-    as for a GEMM (2·MACs − |O|, first reads elided). H must be a multiple of G.
+    Dims G, Hg = H/G, M, K, N: Inputs[G,Hg,M,K], Weights[G,K,N], Outputs[G,Hg,M,N]; OI as a
+    GEMM's, 2·MACs − |O| (first reads elided). H must be a multiple of G. With
+    --artifact-template, the artifact's template (gbmm_M_K_N_H_G), whose loops run H·G·M·K·N;
+    for G > 1 its least traffic is above GQA's (stderr says which one ran).
 
     Example:
 
         opatlas bound gbmm 4096 128 4096 --heads 32 --groups 4
     """
-    from opatlas.bounds.problems import with_ops
-
-    e = _made(f"gbmm {M} {K} {N}", _grouped_bmm, M, K, N, heads, groups, word_bytes)
-    true_ops = 2 * heads * M * K * N - heads * M * N  # as gemm's: H GEMMs of M·K·N
-    _emit(with_ops(e, true_ops), as_json, csv, artifact_csv, plot, at, imperfect)
+    e = _made(f"gbmm {M} {K} {N}", _grouped_bmm, M, K, N, heads, groups, word_bytes,
+              artifact=artifact_template)
+    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
 
 
 _CONV_OPTIONS = ("r", "s", "p", "q", "c", "k", "n", "wstride", "hstride", "wdilation",
@@ -378,12 +400,18 @@ def _mkn(spec: str) -> tuple[int, int, int]:
 def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of each GEMM in order."),
                heads: int = typer.Option(1, "--heads", min=1,
                                          help="Independent copies of the chain (heads)."),
-               plot: Path | None = PlotOpt, as_json: bool = JsonOpt) -> None:
+               word_bytes: int = WordOpt, plot: Path | None = PlotOpt, as_json: bool = JsonOpt,
+               csv: Path | None = typer.Option(
+                   None, "--csv", callback=checked_table,
+                   help="Write every scheme's curve (.csv, .csv.gz or .parquet; - for standard "
+                        "output)."),
+               at: float | None = AtOpt) -> None:
     """Unfused vs untiled-fused vs tiled-fused (FFMT) bounds of a GEMM chain.
 
     Each scheme's curve is its own bound, as the artifact draws them: at a buffer too small
     for a scheme it can exceed the unfused curve. "best of the three" is the bound when the
-    chain may run whichever scheme is best at each buffer size.
+    chain may run whichever scheme is best at each buffer size. Buffers and accesses are in
+    words (--word-bytes each), as gemm's; the plot is in bytes.
 
     Example (a 4096-token FFN, 1024 -> 4096 -> 1024):
 
@@ -391,6 +419,7 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
     """
     from opatlas.bounds import fusion as fu
 
+    _one_stdout({"--csv -": str(csv) == "-", "--json": as_json, "--at": at is not None})
     try:
         layers = [fu.GemmLayer(*_mkn(spec)) for spec in layer]
         curves = [fu.unfused(layers, heads), fu.untiled_fusion(layers, heads),
@@ -400,26 +429,76 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
         raise OpatlasError(f"--layer {layer}: {exc}") from None
     mins = {"Algo min w/o fusion": heads * fu.algo_min_unfused(layers),
             "Algo min w/ fusion": heads * fu.algo_min_fused(layers)}
+    if csv is not None:
+        _write_table(_fusion_frame(curves, word_bytes), csv)
     if plot is not None:
         from opatlas.bounds.plots import plot_curves
 
-        plot_curves(curves[:-1], plot, mins=mins, best=curves[-1])
-    if as_json:
-        typer.echo(json.dumps({**{k.replace(" ", "_").replace("/", ""): v for k, v in mins.items()},
+        wb = word_bytes  # the plot's axes are in bytes
+        plot_curves([_in_bytes(c, wb) for c in curves[:-1]], plot,
+                    mins={k: v * wb for k, v in mins.items()}, best=_in_bytes(curves[-1], wb))
+    if str(csv) == "-":
+        return  # the table on standard output is the answer
+    if at is not None:
+        _print_fusion_at(curves, at, word_bytes, as_json)
+    elif as_json:
+        typer.echo(json.dumps({"word_bytes": word_bytes,
+                               **{k.replace(" ", "_").replace("/", ""): v
+                                  for k, v in mins.items()},
                                "curves": {c.label: [{"buffer": int(b), "accesses": int(a)} for b, a
                                                     in zip(c.buffer, c.accesses, strict=True)]
                                           for c in curves}}))
-        return
+    else:
+        _print_fusion(curves, mins, word_bytes)
+
+
+def _in_bytes(c: Any, word_bytes: int) -> Any:
+    """A curve in words as the same curve in bytes (the plot's unit)."""
+    from opatlas.bounds.frontier import Curve
+
+    return Curve(c.buffer * word_bytes, c.accesses * word_bytes, c.label)
+
+
+def _fusion_frame(curves: list[Any], word_bytes: int) -> Any:
+    """``bound fusion --csv``: one row per point of every scheme, in words and in bytes."""
+    import pandas as pd
+
+    return pd.DataFrame([{"scheme": c.label, "buffer": int(b), "accesses": int(a),
+                          "buffer_bytes": int(b) * word_bytes,
+                          "accesses_bytes": int(a) * word_bytes}
+                         for c in curves for b, a in zip(c.buffer, c.accesses, strict=True)])
+
+
+def _print_fusion(curves: list[Any], mins: dict[str, int], word_bytes: int) -> None:
     for c in curves:
         typer.echo(f"{c.label:<22} min {int(c.accesses[-1]):>15,} words from buffer "
-                   f"{int(c.buffer[-1]):,}")
+                   f"{int(c.buffer[-1]):,} words")
     for k, v in mins.items():
-        typer.echo(f"{k:<22} {v:>19,}")
+        typer.echo(f"{k:<22} {v:>19,} words")
+    typer.echo(f"(words of {word_bytes} B)")
+
+
+def _print_fusion_at(curves: list[Any], at: float, word_bytes: int, as_json: bool) -> None:
+    """``bound fusion --at B``: every scheme's bound with B words on chip."""
+    buffer = int(at) if float(at).is_integer() else at
+    values = {c.label: c.lookup(at) for c in curves}
+    if as_json:
+        typer.echo(json.dumps({"buffer": buffer, "word_bytes": word_bytes,
+                               "accesses": values}))
+        return
+    size = f"{buffer:,}"
+    for label, value in values.items():
+        typer.echo(f"{label:<22} at {size} words: "
+                   + ("below this scheme's smallest buffer" if value is None
+                      else f"{value:,} accesses (words of {word_bytes} B)"))
 
 
 @app.command("figures")
 def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures and data.")) -> None:
     """Every single-Einsum figure of the artifact (Fig. 1, 10, 11, 12, 13, 14, 24a, 24b), with data.
+
+    Fig. 13 and 14 bound the artifact's GBMM template, as it does (bound gbmm
+    --artifact-template); the Fig. 14 OI plot draws the notebook's OI, over 2·H·M·K·N.
 
     Example:
 
@@ -437,45 +516,92 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
         typer.echo(str(path))
 
 
-def _accel_problem(problem: str, dims: list[int]) -> Einsum:
-    """``gemm M K N``, ``bmm B M K N``, ``gbmm M K N [H [G]]``, ``conv R S P Q C K N ...``,
-    or (no dims) any artifact name ``parse_problem`` reads."""
-    from opatlas.bounds import gemm
-    from opatlas.bounds.einsum import parse_problem
+# ``bound accel --problem KIND SIZES``: each kind's sizes, in order, and an example
+_ACCEL_SIZES = {"gemm": ("M K N", "64 64 64"), "bmm": ("B M K N", "8 64 64 64"),
+                "gbmm": ("M K N [H [G]]", "64 64 64 8 2"),
+                "conv": ("R S P Q C K [N Ws Hs Wd Hd]", "3 3 16 16 64 64")}
+_ACCEL_PROBLEM_HELP = ("gemm M K N | bmm B M K N | gbmm M K N [H [G]] (GQA's grouped BMM: H "
+                       "heads in G groups, H and G 1 when left out) | conv R S P Q C K [N Ws "
+                       "Hs Wd Hd] (1 for each left out), the sizes after the architecture or "
+                       "quoted inside (--problem 'gemm 64 64 64'), not both; or an artifact "
+                       "name with no sizes (gbmm_M_K_N_H_G is the artifact's template).")
 
-    makers = {"gemm": (gemm, 3, 3), "bmm": (None, 4, 4), "gbmm": (_grouped_bmm, 3, 5)}
+
+def _accel_sizes(problem: str, kind: str, inline: list[str], dims: list[int]) -> list[int]:
+    """The sizes of ``--problem 'KIND SIZES'`` or of the arguments after the architecture:
+    given in one place only, as whole numbers."""
+    if not inline:
+        return dims
+    if bad := [x for x in inline if not x.isdigit()]:
+        raise OpatlasError(f"--problem {problem!r}: sizes are whole numbers, not "
+                           f"{', '.join(map(repr, bad))}")
+    if dims:
+        raise OpatlasError(f"--problem {problem!r} and {' '.join(map(str, dims))}: sizes given "
+                           f"twice, {len(inline)} inside --problem and {len(dims)} after the "
+                           f"architecture; give {kind}'s {_ACCEL_SIZES[kind][0]} in one place")
+    return [int(x) for x in inline]
+
+
+def _accel_problem(problem: str, dims: list[int]) -> Einsum:
+    """``gemm M K N``, ``bmm B M K N``, ``gbmm M K N [H [G]]`` (GQA's grouped BMM), ``conv R S
+    P Q C K N ...``, the sizes inline or in ``dims``; or (no dims) any artifact name
+    ``parse_problem`` reads."""
     kind, *inline = problem.split() or [""]
     kind = kind.lower()
-    if inline and not dims and all(x.isdigit() for x in inline):  # --problem "gemm 64 64 64"
-        dims = [int(x) for x in inline]
-        problem = kind
-    sizes = {"gemm": ("M K N", "64 64 64"), "bmm": ("B M K N", "8 64 64 64"),
-             "gbmm": ("M K N [H [G]]", "64 64 64 8 2"),
-             "conv": ("R S P Q C K [N Ws Hs Wd Hd]", "3 3 16 16 64 64")}
-    if not dims and kind in sizes:
-        raise OpatlasError(f"--problem {kind}: give its sizes after the architecture, "
-                           f"{sizes[kind][0]} (e.g. opatlas bound accel simba --problem {kind} "
-                           f"{sizes[kind][1]})")
-    if kind == "conv" and dims:
-        return _conv_from_sizes(f"--problem {problem}", dims)
-    try:
+    if kind in _ACCEL_SIZES:
+        dims = _accel_sizes(problem, kind, inline, dims)
+        label = f"--problem {kind} {' '.join(map(str, dims))}".rstrip()
         if not dims:
-            return parse_problem(problem)
-        if kind not in makers:
-            raise ValueError(f"unknown problem kind {problem!r} (one of {', '.join(makers)}, "
-                             "conv, or an artifact name such as 'Conv(P=4096, C=4096, "
-                             "K=4096)')")
-        make, lo, hi = makers[kind]
-        if not lo <= len(dims) <= hi:
-            raise ValueError(f"{kind} takes {lo}" + (f" to {hi}" if hi > lo else "")
-                             + f" sizes, got {len(dims)}")
-        if kind == "bmm":
-            from opatlas.bounds import bmm
+            raise OpatlasError(f"--problem {kind}: give its sizes after the architecture, "
+                               f"{_ACCEL_SIZES[kind][0]} (e.g. opatlas bound accel simba "
+                               f"--problem {kind} {_ACCEL_SIZES[kind][1]})")
+        if kind == "conv":
+            return _conv_from_sizes(f"--problem {kind}", dims)
+        return _sized_problem(label, kind, dims)
+    if dims:
+        raise OpatlasError(f"--problem {problem!r}: unknown problem kind for the sizes "
+                           f"{' '.join(map(str, dims))} (one of {', '.join(_ACCEL_SIZES)}; an "
+                           "artifact name such as 'Conv(P=4096, C=4096, K=4096)' takes none)")
+    return _artifact_problem(problem)
 
-            return bmm(*dims)
-        return make(*dims)
+
+def _sized_problem(label: str, kind: str, dims: list[int]) -> Einsum:
+    """gemm, bmm or gbmm from its sizes; gbmm's H and G are 1 when left out (said)."""
+    import warnings
+
+    from opatlas.bounds import bmm, gemm
+
+    lo, hi = {"gemm": (3, 3), "bmm": (4, 4), "gbmm": (3, 5)}[kind]
+    if not lo <= len(dims) <= hi:
+        raise OpatlasError(f"{label}: {kind} takes {lo}" + (f" to {hi}" if hi > lo else "")
+                           + f" sizes ({_ACCEL_SIZES[kind][0]}), got {len(dims)}")
+    if kind == "gbmm":
+        e = _made(label, _grouped_bmm, *dims,
+                  other=f"--problem gbmm_{'_'.join(map(str, [*dims, 1, 1][:5]))}")
+        if len(dims) < 5:
+            warnings.warn(f"{label}: {' and '.join('HG'[len(dims) - 3:])} not given; using 1 "
+                          f"for each", stacklevel=2)
+        return e
+    return _made(label, gemm if kind == "gemm" else bmm, *dims)
+
+
+def _artifact_problem(problem: str) -> Einsum:
+    """An artifact name; its grouped BMM is the artifact's template, said when G > 1."""
+    import warnings
+
+    from opatlas.bounds.einsum import parse_problem
+
+    try:
+        e = parse_problem(problem)
     except (ValueError, TypeError) as exc:
-        raise OpatlasError(f"--problem {problem} {' '.join(map(str, dims))}: {exc}") from None
+        raise OpatlasError(f"--problem {problem!r}: {exc} (give a kind with sizes, "
+                           f"{', '.join(_ACCEL_SIZES)}, or an artifact name such as "
+                           f"'Conv(P=4096, C=4096, K=4096)')") from None
+    if e.ranks.get("G", 1) > 1 and e.name.startswith("gbmm_"):
+        warnings.warn(f"--problem {problem}: {_GBMM_ARTIFACT_NOTE.removeprefix('gbmm: ')}; "
+                      f"--problem gbmm {' '.join(str(e.ranks[r]) for r in 'MKNHG')} bounds "
+                      f"GQA's", stacklevel=2)
+    return e
 
 
 def _kb_list(text: str) -> list[float]:
@@ -494,17 +620,19 @@ def _kb_list(text: str) -> list[float]:
 
 @app.command("accel")
 def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a built-in: simba."),
-              dims: list[int] = typer.Argument(None, help="Problem sizes, e.g. 4096 4096 4096."),
-              problem: str = typer.Option("gemm", "--problem",
-                                          help="gemm | bmm | gbmm | conv, followed by its "
-                                               "sizes; or an artifact name with no sizes."),
+              dims: list[int] = typer.Argument(
+                  None, metavar="SIZES",
+                  help="The --problem's sizes in its order: gemm M K N, bmm B M K N, gbmm M K "
+                       "N [H [G]] (H, G: 1 when left out), conv R S P Q C K [N Ws Hs Wd Hd]."),
+              problem: str = typer.Option("gemm", "--problem", help=_ACCEL_PROBLEM_HELP),
               buffer_sizes: str = typer.Option("0.125,1,8,64,512", "--buffer-sizes",
                                                help="Sizes of --level to sweep, in KB."),
               level: str = typer.Option("GlobalBuffer", "--level",
                                         help="The on-chip level whose size is swept."),
               mappings: int = typer.Option(2000, "--mappings", min=1,
                                            help="Valid distinct mappings per size."),
-              seed: int = typer.Option(0, "--seed", help="Seed of the random mapper."),
+              seed: int = typer.Option(0, "--seed", min=0,
+                                       help="Seed of the random mapper (>= 0)."),
               min_utilization: float = typer.Option(
                   0.0, "--min-utilization", min=0.0, max=1.0,
                   help="Only mappings that keep at least this share of the MACs busy."),
@@ -529,6 +657,10 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
         opatlas bound accel simba --problem gemm 4096 4096 4096 --plot fig24b.png
 
         opatlas bound accel my_arch.yaml --problem gemm 1024 1024 1024 --buffer-sizes 1,64
+
+        opatlas bound accel simba --problem bmm 8 512 64 512      # B M K N
+
+        opatlas bound accel simba --problem gbmm 512 64 512 32 4  # M K N H G (H, G default 1)
     """
     import sys
 
