@@ -12,6 +12,7 @@ largest bandwidth-bound time (``bw_bound_single_runtime``), which is what the su
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,11 @@ PERF_COLUMNS = ("op_name", "first_to_last_input", "kernel_total_runtime", "bw_bo
                 "required_output_pipe_bw_0")
 OP_PERF_COLUMNS = ("name", "cycles", "limiter_cycles", "tiles")
 MAX_PIPES = 8
+# the report's numeric cells (N/A and blanks read as 0, as the analyzer reads them); the run
+# times must not be negative: a time per input is divided out of them
+PERF_NUMBERS = (*PERF_COLUMNS[2:], *(f"input_pipe_bw_{i}" for i in range(MAX_PIPES)),
+                *(f"required_input_bw_{i}" for i in range(MAX_PIPES)))
+PERF_TIMES = ("kernel_total_runtime", "bw_bound_total_runtime")
 
 
 def as_float(value: Any, default: float = 0.0) -> float:
@@ -31,6 +37,20 @@ def as_float(value: Any, default: float = 0.0) -> float:
     if value is None or (isinstance(value, str) and value.strip() in ("", "N/A")):
         return default
     return float(value)
+
+
+def cell_number(path: Path, line: int, column: str, value: Any,
+                blank: float | None = 0.0) -> float:
+    """A CSV cell as a finite number, else one line naming the file, line, column and value;
+    ``blank`` is what 'N/A' and blanks read as (None: they are refused too)."""
+    try:
+        x = as_float(value, math.nan if blank is None else blank)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
+        shown = value.strip() if isinstance(value, str) else value
+        raise OpatlasError(f"{path} line {line}, column {column}: {shown!r} is not a number")
+    return x
 
 
 def gb_per_s(clock_hz: float, bytes_per_cycle: float) -> float:
@@ -75,8 +95,10 @@ def has_perf_results(folder: Path) -> bool:
     return (folder / "perf_results" / "analyzer_results").is_dir()
 
 
-def _read_csv(path: Path, required: tuple[str, ...], what: str) -> list[dict[str, str]]:
-    """Rows keyed by stripped column names (op_perf.csv's header has leading spaces)."""
+def _read_csv(path: Path, required: tuple[str, ...], what: str
+              ) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) pairs, rows keyed by stripped column names (op_perf.csv's header has
+    leading spaces); the line is the file's, blank lines counted, for the errors."""
     with open(path, newline="") as fh:
         reader = csv.reader(fh)
         header = [h.strip() for h in next(reader, [])]
@@ -84,35 +106,54 @@ def _read_csv(path: Path, required: tuple[str, ...], what: str) -> list[dict[str
         if missing:
             raise OpatlasError(f"{path} is not a {what}: its header lacks the column(s) "
                                f"{', '.join(missing)} (found: {', '.join(header) or 'nothing'})")
-        return [dict(zip(header, row, strict=False)) for row in reader if row]
+        return [(reader.line_num, dict(zip(header, row, strict=False))) for row in reader if row]
 
 
 def load_graph_perf(path: Path) -> list[dict[str, Any]]:
+    """The report's rows, numeric cells parsed (a bad one refused by file, line and column)
+    and the per-input times divided out of the totals."""
     rows = _read_csv(path, PERF_COLUMNS, "backend perf analyzer report (graph_perf_report.csv)")
     out = []
-    for n, row in enumerate(rows, start=2):
-        try:
-            first, last = (int(x) for x in row["first_to_last_input"].split("->"))
-        except ValueError:
-            raise OpatlasError(f"{path} line {n}: first_to_last_input "
-                               f"{row['first_to_last_input']!r} is not 'first->last'") from None
-        inputs = last - first + 1
+    for n, cells in rows:
+        row: dict[str, Any] = {**cells, **{c: cell_number(path, n, c, cells.get(c))
+                                           for c in PERF_NUMBERS}}  # a short row: 0, as N/A
+        for col in PERF_TIMES:
+            if row[col] < 0:
+                raise OpatlasError(f"{path} line {n}, column {col}: {cells.get(col)!r} is "
+                                   f"negative (a run time)")
+        inputs = _input_count(path, n, cells.get("first_to_last_input", ""))
         row["number_of_inputs"] = inputs
-        row["kernel_single_runtime"] = int(as_float(row["kernel_total_runtime"]) / inputs)
-        row["bw_bound_single_runtime"] = int(as_float(row["bw_bound_total_runtime"]) / inputs)
+        row["kernel_single_runtime"] = int(row["kernel_total_runtime"] / inputs)
+        row["bw_bound_single_runtime"] = int(row["bw_bound_total_runtime"] / inputs)
         out.append(row)
     return out
 
 
+def _input_count(path: Path, line: int, span: str) -> int:
+    """How many inputs 'first->last' spans; one that runs backwards is refused (it would make
+    every time per input negative)."""
+    try:
+        first, last = (int(x) for x in span.split("->"))
+    except ValueError:
+        raise OpatlasError(f"{path} line {line}: first_to_last_input {span!r} is not "
+                           f"'first->last'") from None
+    if last < first:
+        raise OpatlasError(f"{path} line {line}: first_to_last_input {span!r} runs backwards "
+                           f"(last input before the first); the analyzer writes 'first->last'")
+    return last - first + 1
+
+
 def load_op_perf(path: Path) -> dict[str, dict[str, Any]]:
     rows = _read_csv(path, OP_PERF_COLUMNS, "PyBuda op_perf.csv")
-    return {r["name"].strip(): {**r, "cycles": int(r["cycles"]),
-                                "limiter_cycles": int(r["limiter_cycles"])} for r in rows}
+    return {r["name"].strip(): {**r, **{c: int(cell_number(path, n, c, r[c], blank=None))
+                                        for c in ("cycles", "limiter_cycles")}}
+            for n, r in rows}
 
 
 def load_balancer_score(path: Path) -> dict[str, float]:
     rows = _read_csv(path, ("epoch", "score"), "PyBuda balancer_score.csv")
-    return {r["epoch"].strip(): float(r["score"]) for r in rows}
+    return {r["epoch"].strip(): cell_number(path, n, "score", r["score"], blank=None)
+            for n, r in rows}
 
 
 # ---------------------------------------------------------------- the analysis

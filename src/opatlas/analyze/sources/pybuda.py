@@ -104,10 +104,20 @@ def matmul_flops(op: Any) -> float:
     return 0.0 if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
 
 
+def theoretical_cycles(op: Any, arch: str) -> int | None:
+    """A dense matmul's math-bound cycles per input (PyBuda's theoretical cycles: its tile
+    products at the Tensix FPU's rate over its fidelity's phases), else None: an op without
+    a math model (element-wise, sparse) has no compute floor. Both modes' bound takes it, a
+    measured run's too: the kernel's own measured time is no bound on itself."""
+    from opatlas.tenstorrent.opmodel import theoretical_matmul
+
+    return None if gemm_dims(op) is None else theoretical_matmul(op, arch)
+
+
 def bound_s(floor_s: float | None, traffic: Any) -> float | None:
-    """The roofline bound: the larger of a compute-side floor (matmul math cycles, or the
-    kernel measured with infinite bandwidth) and the least time of the op's DRAM traffic at
-    the chip's DRAM peak; None where neither applies."""
+    """The roofline bound: the larger of the compute floor (:func:`theoretical_cycles`) and
+    the least time of the op's DRAM traffic at the chip's DRAM peak; None where neither
+    applies."""
     return max(floor_s or 0.0, traffic.dram / traffic.dram_bytes_s) or None
 
 
@@ -141,13 +151,14 @@ def _common(op: Any, epoch: int, traffic: Any) -> dict[str, Any]:
             "gemm": gemm_dims(op)}
 
 
-def _measured_row(rec: dict[str, Any], clock: float, n_in: int, traffic: Any
-                  ) -> dict[str, Any]:
-    op = rec["op"]
+def _measured_row(rec: dict[str, Any], nl: Any, n_in: int, traffic: Any) -> dict[str, Any]:
+    op, clock = rec["op"], nl.clock_hz
     flags = [f for f in [_mukt_flag(op)] if f]
+    theoretical = theoretical_cycles(op, nl.arch)
     row = {**_common(op, rec["epoch"], traffic),
            "time_s": rec["bw_kernel_cycles"] / clock,
-           "bound_time_s": bound_s(rec["kernel_cycles"] / clock, traffic),
+           "theoretical_cycles": theoretical,
+           "bound_time_s": bound_s(theoretical / clock if theoretical else None, traffic),
            "limiter": _limiter(rec["bw_problem"], op),
            "estimated_cycles": rec["estimated_cycles"], "kernel_cycles": rec["kernel_cycles"],
            "util": rec["util"] / 100, "estimated_lim_cycles": rec["estimated_lim_cycles"],
@@ -166,8 +177,6 @@ def _measured_row(rec: dict[str, Any], clock: float, n_in: int, traffic: Any
             flags.append(f"in{i} below required")
     row["flags"] = ", ".join(flags)
     return _rates(row, "measured")
-
-
 
 
 def _rates(row: dict[str, Any], what: str) -> dict[str, Any]:
@@ -230,6 +239,7 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
     cols += [Column(key="kernel_cycles", label="kernel", role="measured", unit="cycles",
                     help="measured kernel time per input with infinite input/output "
                          "bandwidth"),
+             THEORETICAL_COLUMN,
              Column(key="util", label="util", role="util", unit="%",
                     help="math utilization of the kernel time (infinite bandwidth); that of "
                          "the time shown, bw_kernel, is bw_util")]
@@ -257,10 +267,14 @@ def _cols_measured(has_est: bool, n_in: int) -> list[Column]:
     cols.append(Column(key="flags", label="flags",
                        help="highlights of PyBuda's perf analyzer: bad/good m_k/u_kt, a pipe "
                             "below its required bandwidth; and a time below its bound"))
-    return cols + _common_cols("measured", "max(kernel time per input with infinite "
-                                           "bandwidth, DRAM bytes / DRAM peak)")
+    return cols + _common_cols("measured", BOUND_HELP)
 
 
+THEORETICAL_COLUMN = Column(
+    key="theoretical_cycles", label="theoretical", role="bound", unit="cycles",
+    help="matmul: t·m_k·mblock·u_kt·ublock tile products x the fidelity's phases x cycles per "
+         "tile and phase (Wormhole 16, Grayskull 32): the math bound")
+BOUND_HELP = "max(matmul: the theoretical (math-bound) cycles, DRAM bytes / DRAM peak)"
 LIMITER_HELP = ("memory: a DRAM (or PCIe output) pipe below what the op needs; communication: "
                 "a NoC pipe from an op of its epoch; compute: no pipe short, the kernel itself "
                 f"is the limit; overhead: that, but over {OVERHEAD_HEADROOM:g}x its bound; "
@@ -300,8 +314,8 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
     epochs = epochs_of(run.netlist, spatial)
     edges = [e for i, ops in enumerate(epochs) for e in reblocking(i, ops)]
     fan = _max_fan_in(edges)
-    rows = pd.DataFrame([{**_measured_row(r, clock, n_in, _traffic(run.netlist, epochs, r["op"],
-                                                                   spatial)),
+    rows = pd.DataFrame([{**_measured_row(r, run.netlist, n_in,
+                                          _traffic(run.netlist, epochs, r["op"], spatial)),
                           "max_fan_in": fan.get(r["name"])}
                          for ops in run.epochs for r in ops])
     ms = run.model_summary
@@ -322,7 +336,8 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
                                   "max() on a display name and takes the first op)",
                "percent_keys": MEASURED_PERCENTS,
-               "notes": [*_missing_score_note(run.files, folder),
+               "notes": [*_missing_files_note(run.files, folder),
+                         *_unstated_fidelity_note(run.netlist, measured=True),
                          *below_bound_note(rows, "measured", run.netlist.arch)]}
     return Analysis(Source(kind=KIND, path=str(folder)), summary, rows,
                     _cols_measured(run.has_estimates, n_in), group_label="epoch")
@@ -336,11 +351,17 @@ MEASURED_PERCENTS = ["overall_util", "kernel_estimation_error", "kernel_bw_estim
 ESTIMATE_PERCENTS = ["epoch_summary.util"]
 
 
-def _missing_score_note(files: dict[str, str], folder: Path) -> list[str]:
-    if "balancer_score.csv" in files:
-        return []
-    return [f"{folder} has no balancer_score.csv: the balancer's scores are unknown (shown "
-            f"as '-')"]
+def _missing_files_note(files: dict[str, str], folder: Path) -> list[str]:
+    """PyBuda's optional files (PYBUDA_OP_PERF=1) that the run folder lacks, and what is
+    then unknown: said, never left as silently empty columns."""
+    notes = []
+    if "op_perf.csv" not in files:
+        notes.append(f"{folder} has no op_perf.csv: PyBuda's estimates (est, est_lim), their "
+                     f"errors, the kernel estimation error and the balancer util are unknown")
+    if "balancer_score.csv" not in files:
+        notes.append(f"{folder} has no balancer_score.csv: the balancer's scores are unknown "
+                     f"(shown as '-')")
+    return notes
 
 
 def _traffic(nl: Any, epochs: list[dict[str, Any]], op: Any, spatial: bool) -> Any:
@@ -411,12 +432,13 @@ def _peak_compute(nl: Any) -> dict[str, Any]:
                                   f"{nl.clock_hz / 1e9:g} GHz"}
 
 
-def _unstated_fidelity_note(nl: Any) -> list[str]:
+def _unstated_fidelity_note(nl: Any, measured: bool = False) -> list[str]:
     n = sum(1 for op in nl.all_ops() if gemm_dims(op) is not None and op.math_fidelity is None)
     if not n:
         return []
+    model = "" if measured else ", and their op model HiFi4"
     return [f"{n} matmul(s) of {nl.path} state no math_fidelity: their theoretical cycles "
-            f"(the bound) take LoFi, the FPU's fastest, and their op model HiFi4"]
+            f"(the bound) take LoFi, the FPU's fastest{model}"]
 
 
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
@@ -458,10 +480,7 @@ def _cols_estimate() -> list[Column]:
             Column(key="tiles", label="tiles", role="count", help="output tiles per input"),
             Column(key="estimated_cycles", label="est", role="estimated", unit="cycles",
                    help="the backend op model's kernel cycles per input"),
-            Column(key="theoretical_cycles", label="theoretical", role="bound", unit="cycles",
-                   help="matmul: t·m_k·mblock·u_kt·ublock tile products x the fidelity's "
-                        "phases x cycles per tile and phase (Wormhole 16, Grayskull 32): the "
-                        "math bound"),
+            THEORETICAL_COLUMN,
             Column(key="estimated_lim_cycles", label="est_lim", role="estimated",
                    unit="cycles", help="max(kernel, input reads, output write) at the "
                                        "balancer's DRAM / NoC / PCIe bandwidths"),
@@ -470,8 +489,7 @@ def _cols_estimate() -> list[Column]:
                    help="most producer cores one core of this op gathers an input from"),
             Column(key="op_model", label="op model"),
             Column(key="flags", label="flags", help="a time below its bound"),
-            *_common_cols("estimated", "max(matmul: the theoretical (math-bound) cycles, "
-                                       "DRAM bytes / DRAM peak)")]
+            *_common_cols("estimated", BOUND_HELP)]
 
 
 def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
