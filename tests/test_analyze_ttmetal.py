@@ -128,7 +128,8 @@ def test_reshard_bound_uses_the_simulator_only_where_pinned_down():
     assert tm.reshard_bound(only_out, tpr.CsvFormat.V2, tpr)[0] is None
     a = read(REAL, options=ReadOptions(extra={"ignore_signposts": True}))
     i2s = a.rows[a.rows["op_code"] == "InterleavedToShardedDeviceOperation"]
-    assert len(i2s) == 13 and i2s["bound_source"].str.startswith("not comparable").all()
+    assert len(i2s) == 13 and i2s["sim_source"].str.startswith("not comparable").all()
+    assert i2s["bound_source"].str.startswith("DRAM traffic").all()
 
 
 def test_summaries_per_op_code_and_top_ops():

@@ -208,10 +208,26 @@ def detail_tables(analysis: Analysis) -> list[dict[str, Any]]:
         rows = None if key in DETAIL_SKIP else _records(value)
         if rows:
             pct = percent_columns(analysis.summary, key)
-            rows = [{(f"{k} (%)" if k in pct else k): v for k, v in r.items()} for r in rows]
+            rows = [dict(_as_percent(k, v, pct) for k, v in r.items()) for r in rows]
             out.append({"title": summary_label(key), "rows": rows[:MAX_DETAIL_ROWS],
                         "total": len(rows)})
     return out
+
+
+# a summary table's columns named so hold fractions (tt-metal's dram_util, device_time_share):
+# the report shows them as percents
+FRACTION_SUFFIXES = ("_util", "_share")
+
+
+def _as_percent(key: str, value: Any, percents: set[str]) -> tuple[str, Any]:
+    """A detail table's (header, value): a percent column labelled so, a fraction column
+    (:data:`FRACTION_SUFFIXES`) turned into its percent."""
+    if key in percents:
+        return f"{key} (%)", value
+    if key.endswith(FRACTION_SUFFIXES) and isinstance(value, int | float) \
+            and not isinstance(value, bool) and math.isfinite(value):
+        return f"{key} (%)", 100.0 * value
+    return key, value
 
 
 def percent_columns(summary: dict[str, Any], table: str | None = None) -> set[str]:

@@ -8,9 +8,10 @@ keeps the rows instead of printing them.
 What it adds: per device and merged totals, a per-op-code summary, op-to-op gap totals, the top
 ops by device time, and beside tt-metal's ``PM IDEAL/COMPUTE/BANDWIDTH`` columns opatlas's own
 bound — Orojenesis traffic at the cores' L1 for matmuls, FLOPs at the cores' peak for convs
-(compute only), the calibrated Wormhole reshard simulator for reshards (where the row pins
-down the shape, grids and strategies), and for the other ops their least DRAM traffic (their
-DRAM tensors read or written once, sized from the CSV's tensor columns) at the DRAM bandwidth."""
+(compute only), and for the other ops, reshards included, their least DRAM traffic (their
+DRAM tensors read or written once, sized from the CSV's tensor columns) at the DRAM bandwidth
+— and for reshards the calibrated Wormhole reshard simulator's estimate (where the row pins
+down the shape, grids and strategies)."""
 
 from __future__ import annotations
 
@@ -166,11 +167,9 @@ def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[s
     if named and sel[sel["OP TYPE"] != "signpost"].empty:
         # the window the user named selects nothing: an error, as an empty store is (the
         # default window falls back to the whole file below, said in a note)
-        hint = (" (is the end signpost before the start one?)"
-                if w.start_signpost and w.end_signpost else "")
-        raise OpatlasError(f"{path}: no device operation {_window_text(w, signposts)}{hint}; "
-                           f"name another --start-signpost/--end-signpost, or give "
-                           f"--ignore-signposts")
+        raise OpatlasError(f"{path}: no device operation {_window_text(w, signposts)}"
+                           f"{_empty_window_why(df, w)}; name another --start-signpost/"
+                           f"--end-signpost, or give --ignore-signposts")
     if not sel.empty or named:
         return sel, _window_text(w, signposts), []
     empty = (f"{path}: nothing follows the last signpost {signposts[-1]!r}, the window "
@@ -183,6 +182,27 @@ def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[s
                            f"whole file)")
     return (tpr.filter_by_signpost(df, None, None, True, False),
             "whole file (signposts ignored)", [msg])  # the CLI says notes on stderr
+
+
+def _empty_window_why(df: pd.DataFrame, w: Window) -> str:
+    """Why a window bounded by two signposts holds no device operation: the end signpost (the
+    occurrence filter_by_signpost takes) comes before the start one, or nothing but
+    signposts lies between them; "" for a window open at one end. Their order is that of the
+    rows' labels, which filter_by_signpost compares."""
+    if not (w.start_signpost and w.end_signpost):
+        return ""
+    marks = df[df["OP TYPE"] == "signpost"]
+    starts = marks.index[marks["OP CODE"] == w.start_signpost]
+    ends = marks.index[marks["OP CODE"] == w.end_signpost]
+    nth = 1 if w.end_signpost == w.start_signpost else 0
+    if nth >= len(ends):  # no end occurrence left: the window runs to the end of the file
+        return ""
+    start, end = starts[0], ends[nth]
+    if end < start:
+        return " (the end signpost comes before the start one in the file)"
+    between = int(((marks.index > start) & (marks.index < end)).sum())
+    return (f" (only {between} signpost(s) lie between them)" if between
+            else " (the two signposts are adjacent: no device operation lies between them)")
 
 
 def _window_text(w: Window, signposts: list[str]) -> str:
@@ -244,7 +264,9 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def totals(tpr: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The totals line of tt-perf-report's table, and its op-to-op gap advice."""
+    """The totals line of tt-perf-report's table, and its op-to-op gap advice; its DRAM % and
+    the share of the time tracing could save as fractions (0.25 is 25 %), as the rows give
+    tt-perf-report's percents and every analyze source gives a ratio."""
     dev = [r["Device Time"].raw_value for r in rows if r["Device Time"].raw_value is not None]
     gaps = [r["Op-to-Op Gap"].raw_value for r in rows if r["Op-to-Op Gap"].raw_value is not None]
     host = sum(1 for r in rows if tpr.is_host_op(r))
@@ -255,9 +277,9 @@ def totals(tpr: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     total = sum(dev) + sum(gaps)
     return {"device_ops": len(rows) - host - sign, "host_ops": host, "signposts": sign,
             "device_time_us": sum(dev), "op_to_op_gap_us": sum(gaps),
-            "total_us": total, "dram_gbs": speed, "dram_pct": pct,
+            "total_us": total, "dram_gbs": speed, "dram_util": None if pct is None else pct / 100,
             "high_gap_ops": len(high), "tracing_could_save_us": saved,
-            "tracing_could_save_pct": 100 * saved / total if total else None}
+            "tracing_could_save_share": saved / total if total else None}
 
 
 # ---------------------------------------------------------------- opatlas's own bounds
@@ -336,7 +358,8 @@ def simulate_reshard_ns(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: 
 
 
 def reshard_bound(raw: pd.Series, fmt: Any, tpr: Any) -> tuple[float | None, str]:
-    """The simulator's prediction for a reshard-family row, or why it is not comparable."""
+    """The simulator's prediction for a reshard-family row (an estimate, not its bound: that
+    is its DRAM traffic, dram_traffic), or why it is not comparable."""
     code = str(raw["OP CODE"])
     in_mem, out_mem = str(raw.get("INPUT_0_MEMORY", "")), str(raw.get("OUTPUT_0_MEMORY", ""))
     attrs = str(raw.get("ATTRIBUTES", ""))

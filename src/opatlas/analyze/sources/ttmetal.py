@@ -65,7 +65,6 @@ def read(path: Path, options: ReadOptions) -> Analysis:
 
 _EMPTY = ["op", "pass", "calls", "time_s", "flops", "bytes", "bound_time_s", "limiter", "shape",
           "group", "device", "op_code", "device_time_ns", "bound", "invalid_duration"]
-SIM = "wormhole-sim"  # tm.reshard_bound's source of a simulated reshard
 
 
 def invalid_duration_note(path: Path, frame: pd.DataFrame) -> str | None:
@@ -95,11 +94,9 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
     gap_us = _v(op, "Op-to-Op Gap")
     bound_ns, source, flops, shape, bottleneck = _bound(tpr, rep, op, raw, dev_ns)
     traffic = None
-    if not source:  # neither a matmul, a conv nor a reshard
+    if not source:  # neither a matmul nor a conv: reshards too, by the DRAM side they move
         bound_ns, source, bottleneck, traffic = _traffic_bound(tpr, rep, raw, flops)
-    sim_ns = None
-    if source == SIM:  # a prediction, not a lower bound: shown as an estimate
-        sim_ns, bound_ns, source = bound_ns, None, "no bound: reshard (see sim estimate)"
+    sim_ns, sim_source = _sim_estimate(tpr, rep, raw)
     gemm = [shape[k] for k in ("batch", "M", "K", "N")] if "M" in shape else None
     row = {"op": str(_v(op, "OP Code")), "op_code": str(raw["OP CODE"]), "pass": "fwd",
            "calls": 1, "group": device, "device": device,
@@ -109,7 +106,7 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
            "bound_time_s": None if bound_ns is None else bound_ns / 1e9,
            "opatlas_bound_ns": bound_ns, "bound_source": source,
            "headroom": (dev_ns / bound_ns) if dev_ns and bound_ns else None,
-           "sim_estimate_ns": sim_ns,
+           "sim_estimate_ns": sim_ns, "sim_source": sim_source,
            "sim_err": abs(sim_ns - dev_ns) / dev_ns if sim_ns and dev_ns else None,
            "invalid_duration": bool(_v(op, "Invalid Device Duration")),
            "bound": _v(op, "Bound") or "", "cores": _v(op, "Cores"),
@@ -125,8 +122,20 @@ def _row(tpr: Any, rep: Any, op: dict[str, Any], device: Any) -> dict[str, Any]:
     for col, key in _pm_columns().items():
         val = raw.get(col)
         row[key] = None if val is None or val != val else float(val)  # NaN != NaN
-    row["limiter"] = _limiter(row["bound"], row["op_code"], raw, bottleneck, row["headroom"])
+    row["limiter"] = _limiter(row["bound"], row["op_code"], source, bottleneck, row["headroom"])
     return row
+
+
+def _sim_estimate(tpr: Any, rep: Any, raw: dict[str, Any]) -> tuple[float | None, str | None]:
+    """(the calibrated Wormhole reshard simulator's time, "wormhole-sim") for a reshard-family
+    row it models, (None, why it is not comparable) for the others of that family, and
+    (None, None) for every other op. A prediction, not a lower bound: the row's bound is its
+    DRAM traffic, as any other op's."""
+    from opatlas.tenstorrent import ttmetal as tm
+
+    if str(raw["OP CODE"]) not in tm.RESHARD_OPS:
+        return None, None
+    return tm.reshard_bound(raw, rep.csv_format, tpr)
 
 
 def _frac(pct: float | None) -> float | None:
@@ -172,9 +181,6 @@ def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float
         return secs * 1e9, "orojenesis L1", flops, {"batch": b, "M": m, "K": k, "N": n}, neck
     if any(c in code for c in tm.CONV_OPS):
         return _conv_bound(tpr, rep, op, raw, shape)
-    if code in tm.RESHARD_OPS:
-        ns, why = tm.reshard_bound(raw, rep.csv_format, tpr)
-        return ns, why, None, shape, None
     rate = _v(op, "FLOPs")  # TFLOP/s, where tt-perf-report counts an op's FLOPs
     flops = rate * 1e12 * dev_ns / 1e9 if rate and dev_ns else None
     return None, "", flops, shape, None  # bounded by its traffic (_traffic_bound), if known
@@ -182,10 +188,11 @@ def _bound(tpr: Any, rep: Any, op: dict[str, Any], raw: pd.Series, dev_ns: float
 
 def _traffic_bound(tpr: Any, rep: Any, raw: dict[str, Any], flops: float | None
                    ) -> tuple[float | None, str, str | None, int | None]:
-    """(bound ns, what it counts, bottleneck, bytes) of an op that is neither a matmul, a
-    conv nor a reshard: its least DRAM traffic (tm.dram_traffic) at the DRAM bandwidth, and
-    its FLOPs at the device's peak where tt-perf-report counts them; or (None, why it has no
-    bound, None, None)."""
+    """(bound ns, what it counts, bottleneck, bytes) of an op that is neither a matmul nor a
+    conv: its least DRAM traffic (tm.dram_traffic) at the DRAM bandwidth, and its FLOPs at the
+    device's peak where tt-perf-report counts them; or (None, why it has no bound, None, None).
+    A reshard-family op (interleaved to sharded and back) counts its DRAM side once; its L1
+    side moves no DRAM traffic."""
     from opatlas.tenstorrent import ttmetal as tm
 
     traffic, why = tm.dram_traffic(raw, rep.csv_format, tpr)
@@ -239,10 +246,14 @@ def _input_shape(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None,
+def _limiter(bound: str, code: str, source: str, bottleneck: str | None,
              headroom: float | None) -> str:
     """tt-perf-report's Bound where it classes the op; else the side of opatlas's bound that
-    binds, or "overhead" more than OVERHEAD_HEADROOM times over it (the other sources' rule)."""
+    binds, or "overhead" more than OVERHEAD_HEADROOM times over it (the other sources' rule);
+    a reshard-family op without a bound because its tensors are all in L1 moves them between
+    cores over the NoC: "communication" (no bound, as a PyBuda NoC pipe's verdict)."""
+    from opatlas.tenstorrent import ttmetal as tm
+
     if bound == "HOST":
         return "overhead"
     if bound == "DRAM":
@@ -251,10 +262,8 @@ def _limiter(bound: str, code: str, raw: pd.Series, bottleneck: str | None,
         return "compute"
     if bottleneck:
         return "overhead" if headroom and headroom > OVERHEAD_HEADROOM else bottleneck
-    if code == "ReshardDeviceOperation":
+    if code in tm.RESHARD_OPS and source == tm.NO_BOUND_L1:
         return "communication"
-    if code in ("InterleavedToShardedDeviceOperation", "ShardedToInterleavedDeviceOperation"):
-        return "memory"
     return "unknown"
 
 
@@ -279,14 +288,16 @@ def _summary(tpr: Any, tm: Any, rep: Any, frame: pd.DataFrame) -> dict[str, Any]
 
 
 def by_op_code(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per op code: its ops, device time, gaps, mean FLOPs util and share of the device time
+    (fractions, as every ratio in the rows and summary: 0.25 is 25 %)."""
     if frame.empty:
         return []
     g = frame.groupby("op_code", sort=False)
     out = pd.DataFrame({"ops": g.size(), "device_time_us": g["device_time_ns"].sum() / 1e3,
                         "op_to_op_gap_us": g["gap_ns"].sum() / 1e3,
-                        "mean_flops_pct": 100 * g["flops_util"].mean()})
+                        "mean_flops_util": g["flops_util"].mean()})
     total = out["device_time_us"].sum()
-    out["share_pct"] = 100 * out["device_time_us"] / total if total else 0.0
+    out["device_time_share"] = out["device_time_us"] / total if total else 0.0
     out = out.sort_values("device_time_us", ascending=False).reset_index()
     return out.astype(object).where(out.notna(), None).to_dict("records")
 
@@ -297,7 +308,7 @@ def top_ops(frame: pd.DataFrame, n: int = TOP_OPS) -> list[dict[str, Any]]:
     top = frame.nlargest(n, "time_s")
     total = frame["time_s"].sum()
     return [{"op": r.op, "device": r.device, "id": r.id, "device_time_us": r.time_s * 1e6,
-             "share_pct": 100 * r.time_s / total if total else None, "bound": r.bound}
+             "device_time_share": r.time_s / total if total else None, "bound": r.bound}
             for r in top.itertuples()]
 
 
@@ -342,6 +353,10 @@ def unbounded_note(frame: pd.DataFrame) -> str | None:
             f"columns read or written once); each row's \"bound from\" says which")
 
 
+# how the rows and the summary give tt-perf-report's percents (the views show them as %)
+FRACTION = "as a fraction in --json/--csv (0.4703 for its 47.03 %)"
+
+
 def _columns() -> list[Column]:
     return [Column(key="id", label="ID", role="id", help="row of the CSV (as tt-perf-report)"),
             Column(key="device", label="device", role="group"),
@@ -352,11 +367,13 @@ def _columns() -> list[Column]:
             Column(key="gap_ns", label="Op-to-Op Gap", role="time", unit="ns"),
             Column(key="cores", label="Cores", role="count"),
             Column(key="dram_gbs", label="DRAM", role="rate", unit="GB/s"),
-            Column(key="dram_util", label="DRAM %", role="util", unit="%"),
-            Column(key="flops_util", label="FLOPs %", role="util", unit="%"),
+            Column(key="dram_util", label="DRAM %", role="util", unit="%",
+                   help=f"tt-perf-report's DRAM % {FRACTION}"),
+            Column(key="flops_util", label="FLOPs %", role="util", unit="%",
+                   help=f"tt-perf-report's FLOPs % {FRACTION}"),
             Column(key="total_share", label="Total %", role="ratio", unit="%",
                    help="tt-perf-report's Total %: device time + op-to-op gap, over their sum "
-                        "over the device's ops in the window"),
+                        f"over the device's ops in the window, {FRACTION}"),
             Column(key="math_fidelity", label="Math Fidelity"),
             Column(key="pm_ideal_ns", label="PM IDEAL", role="estimated", unit="ns",
                    help="tt-metal's own op model"),
@@ -365,8 +382,9 @@ def _columns() -> list[Column]:
             Column(key="opatlas_bound_ns", label="opatlas bound", role="bound", unit="ns",
                    help="a lower bound: matmul: Orojenesis minimum DRAM traffic with the "
                         "cores' L1 as buffer and peak FLOP/s; conv: its FLOPs at the peak "
-                        "of its cores (compute only); other ops: their DRAM tensors read "
-                        "or written once at the DRAM bandwidth (where every tensor is known)"),
+                        "of its cores (compute only); other ops, reshards too: their DRAM "
+                        "tensors read or written once at the DRAM bandwidth (where every "
+                        "tensor is known; an L1 tensor moves no DRAM traffic)"),
             Column(key="bound_source", label="bound from"),
             Column(key="headroom", label="headroom", role="ratio", unit="x",
                    help="device time / opatlas bound"),
@@ -376,6 +394,8 @@ def _columns() -> list[Column]:
                         "faster)"),
             Column(key="sim_err", label="sim err", role="error", unit="%",
                    help="|sim estimate - device time| / device time"),
+            Column(key="sim_source", label="sim estimate from",
+                   help="reshards: wormhole-sim, or why the simulator does not model the op"),
             Column(key="category", label="category"),
             Column(key="pass", label="pass", role="id"),
             Column(key="time_s", label="time", role="measured", unit="s",
