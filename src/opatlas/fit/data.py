@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from opatlas.errors import OpatlasError
+from opatlas.fit.catalog import in_catalog, module_needed
 
 
 def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
@@ -82,18 +83,6 @@ def with_defaults(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(params_json=texts)[keep].reset_index(drop=True)
 
 
-def in_catalog(op: str) -> bool:
-    """Whether the op catalog knows ``op`` by that name: a built-in op or alias, an entry
-    point's, or one an ``--ops-module`` loaded in this process registered."""
-    from opatlas.ops.registry import get_op
-
-    try:
-        get_op(op)
-    except OpatlasError:
-        return False
-    return True
-
-
 def uncatalogued(frame: pd.DataFrame, ops: list[str] | None = None) -> list[str]:
     """The ops of ``frame`` (those of ``ops`` when given) whose rows carry the counts (FLOPs)
     ``opatlas run`` recorded, yet which the catalog lacks now: a user's own ops, run with their
@@ -104,17 +93,6 @@ def uncatalogued(frame: pd.DataFrame, ops: list[str] | None = None) -> list[str]
     counted = frame.loc[frame["flops"].notna().to_numpy(), "op"].unique()
     return [op for op in sorted(map(str, counted))
             if (ops is None or op in ops) and not in_catalog(op)]
-
-
-def module_needed(ops: list[str], why: str, hint: str = "") -> OpatlasError:
-    """The refusal of ``ops`` the catalog lacks (:func:`uncatalogued`): ``why`` says what
-    shows they are ops of the user's own; ``hint``: another way out."""
-    one = len(ops) == 1
-    return OpatlasError(f"{'op' if one else 'ops'} {', '.join(map(repr, ops))}: not in the "
-                        f"catalog, though {why}: {'an op' if one else 'ops'} of your own; pass "
-                        f"--ops-module FILE, the module that registers "
-                        f"{'it' if one else 'them'} (as given to opatlas run), for "
-                        f"{'its' if one else 'their'} defaults and counts{hint}")
 
 
 def check_catalogued(frame: pd.DataFrame, source: str | Path,

@@ -197,7 +197,7 @@ class Predictor:
         """Refuse an op of the user's own whose ``--ops-module`` is not loaded: its data
         (``counted``: recorded with its counts) or its saved model (fitted on them) needs its
         defaults and counts, which only its module gives."""
-        from opatlas.fit.data import in_catalog, module_needed
+        from opatlas.fit.catalog import in_catalog, module_needed
 
         if not counted or in_catalog(op):
             return
