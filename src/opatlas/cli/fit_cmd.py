@@ -333,6 +333,10 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
     if as_json:
         typer.echo(both.to_json(orient="records"))
         return
+    _print_reshard_models(both, groups, size_col, ycol)
+    if out is None:
+        typer.echo(f"opatlas: note: the {len(models)} models are not saved: give --out "
+                   f"models.csv to write them (--json prints them all)", err=True)
     typer.echo(f"{len(models)} models; in-sample median r² {models['r^2'].median():.4f}, "
                f"RMSRE {models['RMSRE'].median():.4f}; held-out ({split}, "
                f"{int((held['heldout_points'] > 0).sum())} groups with ≥ 3 sizes) median r² "
@@ -382,6 +386,38 @@ def _one_device(df, path: Path, device: str | None):
         raise OpatlasError(f"--device {device}: the store {path} holds reshards of "
                            f"{', '.join(held)} only")
     return df[df["device"] == device]
+
+
+RESHARD_TABLE_ROWS = 40  # models shown; --json and --out give them all
+
+
+def _print_reshard_models(both, groups: list[str], size_col: str, ycol: str) -> None:
+    """The fitted lines, one row per group (the first ``RESHARD_TABLE_ROWS``), with their
+    in-sample and held-out errors; an undefined value (no held-out size) shows as -."""
+    import math
+
+    from rich import box
+    from rich.table import Table
+
+    from opatlas.console import make_console, print_wide
+
+    def num(v: float, fmt: str) -> str:
+        return "-" if v is None or math.isnan(v) else format(v, fmt)
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                  title=f"reshard models: {ycol} = coef · {size_col} + intercept")
+    columns = ("coef", "intercept", "r²", "RMSRE", "held-out r²", "held-out RMSRE", "points")
+    for name in (*groups, *columns):
+        table.add_column(name, no_wrap=True, justify="left" if name in groups else "right")
+    for r in both.head(RESHARD_TABLE_ROWS).to_dict("records"):
+        table.add_row(*(str(r[g]) for g in groups), num(r["coef"], ".6g"),
+                      num(r["intercept"], ".1f"), num(r["r^2"], ".4f"), num(r["RMSRE"], ".4f"),
+                      num(r.get("heldout_r^2"), ".4f"), num(r.get("heldout_RMSRE"), ".4f"),
+                      str(r["num_points"]))
+    print_wide(table)
+    if len(both) > RESHARD_TABLE_ROWS:
+        make_console().print(f"… and {len(both) - RESHARD_TABLE_ROWS} more models: --json or "
+                             f"--out for all", style="dim")
 
 
 def _median(values, why_none: str) -> str:

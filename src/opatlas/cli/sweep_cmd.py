@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, WhereOpt, load
 from opatlas.console import counted
 from opatlas.errors import OpatlasError
+
+if TYPE_CHECKING:
+    from opatlas.spec import SweepSpec
 
 app = typer.Typer(help="Expand sweep specs into op vectors.", no_args_is_help=True)
 
@@ -40,18 +44,41 @@ def expand_cmd(
     from opatlas.sweep import expand
     s = load(spec, ops_module)
     result = expand(s, parts=parts, part=part, where=where, materialize=out is not None)
+    if where and not result.valid:
+        _refuse_empty_selection(s, where, result.invalid, parts, "nothing to expand")
     if out is not None:
         _write_vectors(result.vectors, out)
-    if as_json:
-        typer.echo(json.dumps(result.summary()))
-        return
     summary = result.summary()
-    typer.echo(f"{s.name} ({s.op}): {counted(summary['total'], 'vector')}, "
-               f"{summary['valid']} valid")
+    if result.uncounted:  # a total would count the valid vectors alone
+        summary = {**summary, "total": None, "invalid_counted": False}
+        typer.echo(f"opatlas: note: invalid points not counted: {result.uncounted}", err=True)
+    if as_json:
+        typer.echo(json.dumps(summary))
+        return
+    of_part = f" in part {part} of {parts}" if parts > 1 else ""
+    total = "" if summary["total"] is None else f"{counted(summary['total'], 'vector')}, "
+    typer.echo(f"{s.name} ({s.op}): {total}{summary['valid']} valid{of_part}"
+               + (" (invalid points not counted)" if result.uncounted else ""))
     for reason, n in summary["invalid"].items():
         typer.echo(f"  {n:>10}  {reason}")
     if out is not None:
         typer.echo(f"wrote {counted(len(result.vectors), 'vector')} to {out}")
+
+
+def _refuse_empty_selection(spec: SweepSpec, where: str, invalid: Counter[str], parts: int,
+                            consequence: str) -> None:
+    """Refuse a ``--where`` that selects no valid vector, as ``opatlas run`` does. Of one
+    part, only where the whole sweep holds none either: a part may be empty by chance."""
+    if parts > 1:
+        from opatlas.sweep import VectorStream
+
+        whole = VectorStream(spec, where=where, materialize=False)
+        if any(b.valid for b in whole):
+            return
+        invalid = whole.invalid
+    rejected = "; ".join(f"{n:,} {why}" for why, n in invalid.most_common(3))
+    raise OpatlasError(f"--where {where!r} selects no valid vector of {spec.name}"
+                       + (f" (invalid: {rejected})" if rejected else "") + f"; {consequence}")
 
 
 def _write_vectors(vectors: list, out: Path) -> None:
@@ -86,7 +113,10 @@ def export_tt_cmd(
 
     s = load(spec, None)
     check_reshard(s.op)
-    vectors = expand(s, where=where).vectors
+    result = expand(s, where=where)
+    if where and not result.valid:
+        _refuse_empty_selection(s, where, result.invalid, 1, "nothing written")
+    vectors = result.vectors
     typer.echo(f"writing {len(vectors):,} vectors under {outdir} (--where picks fewer)",
                err=True)
     with Progress(len(vectors), label="export-tt") as progress:

@@ -95,8 +95,12 @@ def reblock(
                                  help="BLOCK, WIDTH or HEIGHT (any case)."),
     rows_first: bool = typer.Option(False, "--rows-first",
                                     help="Read grids as rows x columns (PyBuda's notation)."),
+    params: Path | None = typer.Option(None, "--params",
+                                       help="Simulator parameters (opatlas calibrate --out); "
+                                            "default: the bundled calibrated ones."),
 ) -> None:
-    """Show how a producer grid reblocks onto a consumer grid, and what it costs.
+    """Show how a producer grid reblocks onto a consumer grid, and what it costs (the
+    wormhole-sim reshard simulator; "params" in the output names its parameters).
 
     Example (the PyBuda guide's 7x1 -> 2x1):
 
@@ -107,6 +111,7 @@ def reblock(
     from opatlas.errors import OpatlasError
     from opatlas.tenstorrent.reblock import reblock as view
     from opatlas.tenstorrent.reshard import is_tilable
+    from opatlas.tenstorrent.sim import WormholeParams
 
     strategy = _strategy(strategy)
     grids = [_grid("--producer", producer, rows_first), _grid("--consumer", consumer, rows_first)]
@@ -114,7 +119,9 @@ def reblock(
         if not is_tilable(height, width, *g, strategy):
             raise OpatlasError(f"{height}x{width} tiles cannot be {strategy}-sharded on grid "
                                f"{g[0]}x{g[1]} (columns x rows) in whole tiles")
-    out = view(height, width, grids[0], grids[1], strategy).as_json()
+    sim = None if params is None else WormholeParams.load(params, f"--params {params}")
+    out = view(height, width, grids[0], grids[1], strategy, params=sim).as_json()
+    out["params"] = "bundled calibrated" if params is None else str(params)
     if rows_first:  # the grids back in the notation they were given in
         out["producer"], out["consumer"] = (f"{g[1]}x{g[0]}" for g in grids)
     out["grid_notation"] = "rows x columns" if rows_first else "columns x rows"

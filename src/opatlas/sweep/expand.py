@@ -114,6 +114,7 @@ class Expansion:
     invalid: Counter[str] = field(default_factory=Counter)
     invalid_vectors: list[tuple[Vector, str]] = field(default_factory=list)
     valid_override: int | None = None  # counted without materialising the vectors
+    uncounted: str | None = None  # why the invalid points are not counted, where they are not
 
     @property
     def valid(self) -> int:
@@ -191,7 +192,9 @@ _EXPANDERS: dict[str, Expander] = {}
 def register_expander(spec_name: str, fn: Expander) -> None:
     """A built-in spec too large for the generic loop expands with its own (vectorised) code:
     ``fn(stream)`` yields the stream's batches and counts the invalid points in
-    ``stream.invalid``."""
+    ``stream.invalid`` where it judges whole suites (``spec.suite_by``): a sweep not split in
+    parts, selected (if at all) by the suite keys alone. Elsewhere it yields the valid
+    vectors alone, and :attr:`VectorStream.uncounted` says so."""
     _EXPANDERS[spec_name] = fn
 
 
@@ -214,6 +217,22 @@ class VectorStream:
         self.batch_size = max(1, batch_size)
         self.invalid: Counter[str] = Counter()
         self.valid = 0
+
+    @property
+    def uncounted(self) -> str | None:
+        """Why ``invalid`` lacks the invalid points of this part and selection (None where it
+        holds them all): a registered expander counts them for whole suites only."""
+        if self.spec.source != "builtin" or self.spec.name not in _EXPANDERS:
+            return None
+        if self.parts > 1:
+            return (f"the built-in {self.spec.name} counts its invalid points for the whole "
+                    f"sweep only: run without --parts for them")
+        beyond = sorted(self.select.names - set(self.spec.suite_by)) if self.select else []
+        if beyond:
+            return (f"the built-in {self.spec.name} counts its invalid points only where "
+                    f"--where looks at {', '.join(self.spec.suite_by)} alone (it looks at "
+                    f"{', '.join(beyond)})")
+        return None
 
     def __iter__(self) -> Iterator[ExpansionBatch]:
         self.invalid = Counter()
@@ -249,6 +268,7 @@ def expand(spec: SweepSpec, *, parts: int = 1, part: int = 1, where: str | None 
         out.invalid_vectors.extend(batch.invalid)
     out.invalid = stream.invalid
     out.valid_override = None if materialize else stream.valid
+    out.uncounted = stream.uncounted
     return out
 
 

@@ -30,9 +30,13 @@ class WormholeSimBackend(Backend):
     in_process = True  # pure Python, cannot crash or hang: no worker process needed
 
     def __init__(self, params: str | None = None) -> None:
-        path = params or os.environ.get(PARAMS_ENV)
-        self.params, self.device = load_params(path) if path else (calibrated_params(),
-                                                                   SIM_DEVICE)
+        env = os.environ.get(PARAMS_ENV)
+        if params:
+            self.params, self.device = load_params(params, f"--backend-opt params={params}")
+        elif env:
+            self.params, self.device = load_params(env, f"{PARAMS_ENV}={env}")
+        else:
+            self.params, self.device = calibrated_params(), SIM_DEVICE
 
     def device_name(self) -> str:
         return self.device
@@ -72,27 +76,28 @@ def chip_of(device: str) -> tuple[str, str] | None:
     return None
 
 
-def load_params(path: str | Path) -> tuple[WormholeParams, str]:
-    """The parameters of ``path`` and the device their results are filed under. Read once per
-    file and version of it: a command builds the backend more than once (its options are
+def load_params(path: str | Path, source: str | None = None) -> tuple[WormholeParams, str]:
+    """The parameters of ``path`` and the device their results are filed under; ``source``:
+    how the user named the file (the option or variable), for what is said of it. Read once
+    per file and version of it: a command builds the backend more than once (its options are
     checked before the store is opened), and what the file lacks is said once."""
     try:
         st = Path(path).stat()
     except OSError:
-        return _read(path)  # WormholeParams.load says why, in one line
+        return _read(path, source)  # WormholeParams.load says why, in one line
     key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
     if key not in _LOADED:
-        _LOADED[key] = _read(path)
+        _LOADED[key] = _read(path, source)
     return _LOADED[key]
 
 
 _LOADED: dict[tuple[str, int, int], tuple[WormholeParams, str]] = {}
 
 
-def _read(path: str | Path) -> tuple[WormholeParams, str]:
-    params = WormholeParams.load(path)
+def _read(path: str | Path, source: str | None = None) -> tuple[WormholeParams, str]:
+    params = WormholeParams.load(path, source)
     device = sim_device(params)
     if device != SIM_DEVICE:
-        print(f"opatlas: {path}: not the bundled calibrated parameters: wormhole-sim results "
-              f"are filed under device {device}", file=sys.stderr)
+        print(f"opatlas: {source or path}: not the bundled calibrated parameters: wormhole-sim "
+              f"results are filed under device {device}", file=sys.stderr)
     return params, device

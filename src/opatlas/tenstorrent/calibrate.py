@@ -92,11 +92,12 @@ def load_models(path: str | Path | None = None) -> pd.DataFrame:
         df = pd.read_csv(p)
     except (OSError, ValueError) as e:
         raise OpatlasError(f"{p}: cannot read the reshard models CSV ({e})") from e
-    need = {"in_grid", "out_grid", "group", "coef", "intercept", "r^2", "RMSRE"}
-    if missing := need - set(df.columns):
+    need = ("in_grid", "out_grid", "group", "coef", "intercept", "r^2", "RMSRE")
+    if missing := [c for c in need if c not in df.columns]:
+        found = ", ".join(map(str, df.columns)) or "no columns"
         raise OpatlasError(f"{p}: the reshard models CSV lacks the columns "
-                           f"{', '.join(sorted(missing))} (header: in_grid,out_grid,group,coef,"
-                           "intercept,r^2,RRMSE,RMSRE,num_points)")
+                           f"{', '.join(missing)} (found: {found}; expected the header "
+                           f"in_grid,out_grid,group,coef,intercept,r^2,RRMSE,RMSRE,num_points)")
     if df.empty:
         raise OpatlasError(f"{p}: the reshard models CSV holds no models")
     _check_model_rows(df, p)

@@ -197,4 +197,5 @@ def _simulated(ht: int, wt: int, prod: tuple[int, int], cons: tuple[int, int]
     pg, cg = (prod[1], prod[0]), (cons[1], cons[0])
     if not (is_tilable(ht, wt, *pg, "BLOCK") and is_tilable(ht, wt, *cg, "BLOCK")):
         return None, "not whole tiles on both grids: not simulated"
-    return float(reblock(ht, wt, pg, cg).predicted_ns), "wormhole-sim reshard"
+    return (float(reblock(ht, wt, pg, cg).predicted_ns),
+            "wormhole-sim reshard, calibrated parameters")

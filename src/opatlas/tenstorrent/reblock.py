@@ -1,13 +1,15 @@
 """A reblocking view: how a producer's core grid maps onto a consumer's, from the transfer
 plan — fan-in (producer cores each consumer gathers from, and how many producers' worth of
 data), fan-out, reads per core — and the simulator's predicted cost. Data movement is cheapest
-when the mapping is 1-1 (the PyBuda perf-analyzer guide's rule of thumb)."""
+when the mapping is 1-1 (the PyBuda perf-analyzer guide's rule of thumb). The cost is the
+simulator's under the bundled calibrated parameters unless others are given, as the
+``wormhole-sim`` backend and ``reshard_time_ns`` price it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opatlas.tenstorrent.sim import WormholeParams, simulate
+from opatlas.tenstorrent.sim import WormholeParams, calibrated_params, simulate
 
 
 @dataclass
@@ -27,8 +29,10 @@ class Reblock:
 def reblock(ht: int, wt: int, producer: tuple[int, int], consumer: tuple[int, int],
             strategy: str = "BLOCK", consumer_strategy: str | None = None,
             params: WormholeParams | None = None) -> Reblock:
-    """Grids as (x columns, y rows); ``ht``, ``wt`` in tiles."""
-    sim = simulate(ht, wt, producer, strategy, consumer, consumer_strategy or strategy, params)
+    """Grids as (x columns, y rows); ``ht``, ``wt`` in tiles; ``params``: the calibrated ones
+    when None (the first-principles defaults are uncalibrated guesses)."""
+    sim = simulate(ht, wt, producer, strategy, consumer, consumer_strategy or strategy,
+                   params or calibrated_params())
     # every page is read once, so a consumer core gathers producer/consumer cores' worth
     gathered = (producer[0] * producer[1]) / (consumer[0] * consumer[1])
     return Reblock(producer, consumer, sim.fan_in, gathered, sim.fan_out, sim.max_strides,

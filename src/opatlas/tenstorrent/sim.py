@@ -105,31 +105,34 @@ class WormholeParams:
         write_output(path, lambda tmp: tmp.write_text(text), option)
 
     @classmethod
-    def load(cls, path: str | Path) -> WormholeParams:
+    def load(cls, path: str | Path, source: str | None = None) -> WormholeParams:
         """Parameters saved by ``opatlas calibrate --out``: each a finite number > 0; one
-        the file lacks keeps its first-principles default, and that is said."""
+        the file lacks keeps its first-principles default, and that is said. ``source`` is
+        how the user named the file (``OPATLAS_WORMHOLE_PARAMS=FILE``, ``--params FILE``):
+        what is said names it so, not the bare path."""
         from opatlas.errors import OpatlasError
 
+        name = source or str(path)
         try:
             raw = json.loads(Path(path).read_text())
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise OpatlasError(f"{path}: not a parameters file ({exc})") from None
+            raise OpatlasError(f"{name}: not a parameters file ({exc})") from None
         if not isinstance(raw, dict):
-            raise OpatlasError(f"{path}: holds a {type(raw).__name__}, not the parameters by "
+            raise OpatlasError(f"{name}: holds a {type(raw).__name__}, not the parameters by "
                                f"name (opatlas calibrate --out writes them)")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
-            print(f"opatlas: {path}: ignoring parameters this simulator no longer has: "
+            print(f"opatlas: {name}: ignoring parameters this simulator no longer has: "
                   f"{', '.join(unknown)} (refit with `opatlas calibrate`)", file=sys.stderr)
         for k in sorted(known & set(raw)):
             v = raw[k]
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
                     or v <= 0:
-                raise OpatlasError(f"{path}: {k} is {v!r}: not a finite number > 0")
+                raise OpatlasError(f"{name}: {k} is {v!r}: not a finite number > 0")
         missing = [k for k in FREE if k not in raw]
         if missing:
-            print(f"opatlas: {path}: no {', '.join(missing)}: their first-principles defaults "
+            print(f"opatlas: {name}: no {', '.join(missing)}: their first-principles defaults "
                   f"are used, not calibrated values (opatlas calibrate --out writes them all)",
                   file=sys.stderr)
         return cls(**{k: v for k, v in raw.items() if k in known})
