@@ -233,7 +233,7 @@ def test_results_op_finds_rows_filed_under_an_estimate_train_time_name(capsys, t
     assert out.count("flash_atten,") == 2
     # linear is both linear1 and linear2 here: not guessed, the store's ops are listed
     code, out, err = cli_in_process(capsys, "results", "--store", str(store), "--op", "linear")
-    assert code == 0 and "the store has no op 'linear'; it has flash_atten, linear1, linear2" \
+    assert code == 2 and "the store has no op 'linear'; it has flash_atten, linear1, linear2" \
         in err
 
 

@@ -272,7 +272,7 @@ def test_results_and_imports_at_the_edges(tmp_path, capsys):
         assert not fresh.exists()
     one_error(*cli_in_process(capsys, "results", "--store", str(tmp_path))[::2], "is a folder")
     code, _, err = cli_in_process(capsys, "results", "--store", str(store), "--op", "lineer")
-    assert code == 0 and "no op 'lineer'; it has linear" in err
+    assert code == 2 and "no op 'lineer'; it has linear" in err
 
 
 def _umask() -> int:

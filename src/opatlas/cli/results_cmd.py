@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,9 @@ from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
 
 if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
+
     from opatlas.store import Store
     from opatlas.store.db import ParamFilter
 
@@ -26,13 +30,15 @@ def results(
     fmt: str | None = typer.Option(
         None, "--format", help="table | csv | json | parquet | ett (upstream CSVs, needs --out "
                                "DIR); default: from --out's extension, else table"),
-    out: Path | None = typer.Option(
+    out: str | None = typer.Option(
         None, "--out", help="Write to this file instead of stdout: .csv, .json, .parquet or .pq "
                             "(the format follows), .txt or no extension (a text table), or "
-                            "'-' (stdout)."),
+                            "'-' (stdout); a folder for --format ett."),
     op: str | None = typer.Option(None, "--op", help="Only this op."),
     status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
-    limit: int = typer.Option(50, "--limit", min=0, help="Rows shown by --format table (0: all)."),
+    limit: int | None = typer.Option(
+        None, "--limit", min=0, help="At most this many rows, in any format (0: all); "
+                                     "default: 50 for --format table, else all."),
 ) -> None:
     """Print or export the results table.
 
@@ -46,45 +52,83 @@ def results(
 
         opatlas results --format ett --out sampling_data/
     """
-    from opatlas.store import Store
-
     fmt = _format(fmt, out)
+    path = _out_path(out, fmt)
     if fmt == "ett":
-        if out.exists() and not out.is_dir():
-            raise OpatlasError(f"--out {out}: --format ett writes a folder of CSVs, and this is "
-                               f"a file")
-        from opatlas.store.ett import export_ett
-
-        with Store(store, read_only=True) as st:
-            for path in export_ett(st, out):
-                typer.echo(str(path))
+        _export_ett(store, path, op=op, status=status, limit=limit)
         return
     from opatlas.store.db import STATUSES
 
     if status is not None and status not in STATUSES:
         raise OpatlasError(f"--status {status!r}: a result's status is one of "
                            f"{', '.join(STATUSES)}")
-    with Store(store, read_only=True) as st:
-        op, params = _as_stored(op, st.ops())
-        total = st.count_results(op, status, params)
-        df = st.results(op=op, status=status, params=params,
-                        limit=limit if fmt == "table" and limit else None)
-        varying = _varying(st, op, status) if fmt == "table" else []
-        if total == 0 and op is not None and op not in (ops := st.ops()):
-            typer.echo(f"note: the store has no op {op!r}; it has {', '.join(ops) or 'none'}",
-                       err=True)
+    df, total, varying = _read(store, fmt, op, status, limit)
     if fmt == "table":
-        _print_table(df, limit, out, total, varying)
+        _print_table(df, path, total, varying)
     elif fmt == "csv":
-        text = df.to_csv(index=False)
-        _emit(text, out)
+        _emit(df.to_csv(index=False), path)
     elif fmt == "json":
-        _emit(df.to_json(orient="records", date_format="iso"), out)
+        _emit(df.to_json(orient="records", date_format="iso"), path)
     else:
         from opatlas.atomic import write_output
 
-        write_output(out, lambda tmp: df.to_parquet(tmp, index=False))
-        _wrote(f"wrote {len(df)} rows to {out}", out)
+        write_output(path, lambda tmp: df.to_parquet(tmp, index=False))
+        _wrote(f"wrote {len(df)} rows to {path}", path)
+
+
+TABLE_ROWS = 50  # what --format table shows when no --limit is given
+
+
+def _read(store: Path, fmt: str, op: str | None, status: str | None, limit: int | None
+          ) -> tuple[pd.DataFrame, int, list[str]]:
+    """The rows asked for (at most ``limit``; 0 or None: all, but 50 for the text table when
+    no limit is given), the count of all that match, and the columns the table shows too."""
+    from opatlas.store import Store
+    from opatlas.store.db import plain_errors
+
+    if limit is None and fmt == "table":
+        limit = TABLE_ROWS
+    with Store(store, read_only=True) as st, plain_errors(store):
+        stored = st.ops()
+        op, params = _as_stored(op, stored)
+        _check_op(op, stored)
+        total = st.count_results(op, status, params)
+        df = st.results(op=op, status=status, params=params, limit=limit or None)
+        varying = _varying(st, op, status) if fmt == "table" else []
+    return df, total, varying
+
+
+def _check_op(op: str | None, stored: list[str]) -> None:
+    """Refuse an op the store holds no row of, naming those it does (the closest first)."""
+    if op is None or op in stored:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(op, stored, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise OpatlasError(f"--op {op}: the store has no op {op!r}; it has "
+                       f"{', '.join(stored) or 'none'}{hint}")
+
+
+def _export_ett(store: Path, out: Path, *, op: str | None, status: str | None,
+                limit: int | None) -> None:
+    """``--format ett``: every ok row, in upstream's folder of CSVs."""
+    given = [f"--{k} {v}" for k, v in (("op", op), ("status", status), ("limit", limit))
+             if v is not None]
+    if given:
+        raise OpatlasError(f"{', '.join(given)}: --format ett writes every ok row of the "
+                           f"store; export with --format csv to choose rows")
+    if out.exists() and not out.is_dir():
+        raise OpatlasError(f"--out {out}: --format ett writes a folder of CSVs, and this is "
+                           f"a file")
+    from opatlas.store import Store
+    from opatlas.store.db import plain_errors
+    from opatlas.store.ett import export_ett
+
+    with Store(store, read_only=True) as st, plain_errors(store):
+        paths = export_ett(st, out)
+    for written in paths:
+        typer.echo(str(written))
 
 
 def _as_stored(op: str | None, stored: list[str]) -> tuple[str | None, ParamFilter | None]:
@@ -111,12 +155,12 @@ BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parq
 TEXT_SUFFIXES = ("", ".txt")  # --out's names for the text table, the format when none is given
 
 
-def _format(fmt: str | None, out: Path | None) -> str:
+def _format(fmt: str | None, out: str | None) -> str:
     """--format as given, or from --out's extension; a data format must match its file's."""
-    implied = BY_SUFFIX.get(out.suffix.lower()) if out is not None else None
-    if fmt is None and out is not None and implied is None and \
-            out.suffix.lower() not in TEXT_SUFFIXES:
-        raise OpatlasError(f"--out {out}: unknown extension {out.suffix!r}; --out takes "
+    suffix = Path(out).suffix.lower() if out is not None else ""
+    implied = BY_SUFFIX.get(suffix) if out is not None else None
+    if fmt is None and out is not None and implied is None and suffix not in TEXT_SUFFIXES:
+        raise OpatlasError(f"--out {out}: unknown extension {Path(out).suffix!r}; --out takes "
                            f"{', '.join(BY_SUFFIX)} (the format follows), .txt or no "
                            f"extension (a text table), or give --format")
     if fmt is None:
@@ -126,9 +170,29 @@ def _format(fmt: str | None, out: Path | None) -> str:
     if fmt in ("parquet", "ett") and out is None:
         raise OpatlasError(f"--format {fmt} needs --out {'DIR' if fmt == 'ett' else 'FILE'}")
     if implied is not None and fmt != implied:
-        raise OpatlasError(f"--out {out} is a .{out.suffix.lstrip('.')} file but --format is "
+        raise OpatlasError(f"--out {out} is a .{suffix.lstrip('.')} file but --format is "
                            f"{fmt}; give --format {implied}, or another file name")
     return fmt
+
+
+def _out_path(out: str | None, fmt: str) -> Path | None:
+    """--out as a path: a folder for --format ett (never ``-``), a file (or ``-``, stdout)
+    for the others. A name ending in ``/`` means a folder, which ``Path`` would drop."""
+    if out is None:
+        return None
+    path = Path(out)
+    folder = out.endswith(("/", os.sep)) or path.is_dir()
+    if fmt == "ett":
+        if out == "-":
+            raise OpatlasError("--out -: --format ett writes a folder of CSVs, which cannot go "
+                               "to stdout; give a folder name")
+        return path
+    if folder:
+        ext = {"table": ".txt", "parquet": ".parquet"}.get(fmt, f".{fmt}")
+        raise OpatlasError(f"--out {out}: a folder, and --format {fmt} writes one file; give "
+                           f"a file name such as {path / ('results' + ext)} (--format ett "
+                           f"writes a folder of CSVs)")
+    return path
 
 
 def _emit(text: str, out: Path | None) -> None:
@@ -168,41 +232,84 @@ def _varying(st: Store, op: str | None, status: str | None) -> list[str]:
     return [k for k, n in zip(("device", "dtype"), counts, strict=True) if n > 1]
 
 
-def _print_table(df, limit: int, out: Path | None, total: int,
+PLAIN_ROWS = 1000  # beyond this many rows the table is plain fixed-width text: rich's takes
+# 35 s for 51,791 rows, plain text well under one
+
+
+def _print_table(df: pd.DataFrame, out: Path | None, total: int,
                  varying: list[str] | None = None) -> None:
-    """``varying``: the columns (device, dtype) to show, those the rows differ in."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from opatlas.console import print_wide
-
+    """``df``'s rows as a text table, to ``out`` or stdout; ``varying``: the columns (device,
+    dtype) to show, those the rows differ in. A long one is plain text (:data:`PLAIN_ROWS`)."""
     varying = varying or []
     shown_note = f" (first {len(df)} shown; --limit 0 for all)" if len(df) < total else ""
-    table = Table("op", "pass", *varying, "params", "status", "median µs", "± std %", "n",
-                  "GFLOP/s", title=f"{total} result rows{shown_note}")
-    shown = df if limit == 0 else df.head(limit)
-    for _, r in shown.iterrows():
-        params = json.loads(r["params_json"])
-        short = " ".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
-        ok = r["status"] == "ok" and _known(r["median_ns"])
-        med = f"{r['median_ns'] / 1e3:.2f}" if ok else "-"
-        spread = (f"{100 * r['std_ns'] / r['mean_ns']:.1f}"
-                  if ok and _nonzero(r["mean_ns"]) and _known(r["std_ns"]) else "-")
-        rate = (f"{r['flops'] / r['median_ns']:.2f}"
-                if ok and _nonzero(r["median_ns"]) and _nonzero(r["flops"]) else "-")
-        table.add_row(r["op"], r["pass"], *(str(r[k]) for k in varying), short, r["status"],
-                      med, spread, str(int(r["repeats"])), rate)
+    title = f"{total} result rows{shown_note}"
+    header = ["op", "pass", *varying, "params", "status", "median µs", "± std %", "n",
+              "GFLOP/s"]
+    rows = _table_rows(df, varying)
+    plain = len(rows) > PLAIN_ROWS
     if out is None:
-        print_wide(table)
+        if plain:
+            typer.echo(_plain_table(title, header, rows), nl=False)
+        else:
+            from opatlas.console import print_wide
+
+            print_wide(_rich_table(title, header, rows))
         return
     from opatlas.atomic import write_output
 
     def write(tmp: Path) -> None:
+        if plain:
+            tmp.write_text(_plain_table(title, header, rows))
+            return
+        from rich.console import Console
+
         with tmp.open("w") as fh:
-            Console(file=fh).print(table)
+            Console(file=fh).print(_rich_table(title, header, rows))
 
     write_output(out, write)
-    _wrote(f"wrote a table of {len(shown)} rows to {out}", out)
+    _wrote(f"wrote a table of {len(rows)} rows to {out}", out)
+
+
+def _table_rows(df: pd.DataFrame, varying: list[str]) -> list[list[str]]:
+    """Each row's cells: its op, pass, ``varying`` columns, parameters (all but dtype),
+    status, median µs, std as % of the mean, repeats and GFLOP/s (``-`` where unknown)."""
+    if df.empty:
+        return []
+    cols = ["op", "pass", *varying, "params_json", "status", "median_ns", "std_ns", "mean_ns",
+            "repeats", "flops"]
+    rows = []
+    for values in zip(*(df[c].tolist() for c in cols), strict=True):
+        *head, pj, status, med_ns, std_ns, mean_ns, repeats, flops = values
+        short = " ".join(f"{k}={v}" for k, v in json.loads(pj).items() if k != "dtype")
+        ok = status == "ok" and _known(med_ns)
+        med = f"{med_ns / 1e3:.2f}" if ok else "-"
+        spread = (f"{100 * std_ns / mean_ns:.1f}"
+                  if ok and _nonzero(mean_ns) and _known(std_ns) else "-")
+        rate = f"{flops / med_ns:.2f}" if ok and _nonzero(med_ns) and _nonzero(flops) else "-"
+        rows.append([*(str(v) for v in head), short, str(status), med, spread,
+                     str(int(repeats)), rate])
+    return rows
+
+
+def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    from rich.table import Table
+
+    table = Table(*header, title=title)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _plain_table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    """The table as fixed-width text: the title, the header, a rule, then one line a row,
+    each column as wide as its widest cell."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([title, line(header), rule, *map(line, rows)]) + "\n"
 
 
 @import_app.command("results")

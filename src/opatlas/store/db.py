@@ -15,12 +15,14 @@ database, or one written by a newer schema, is refused untouched.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -206,6 +208,38 @@ def _open_failed(path: Path, exc: duckdb.IOException) -> str:
             f"for it or use another --store")
 
 
+_DISK_FULL = "no space left on device"
+# what DuckDB says of a file cut short (a copy stopped early, ``head -c``) or damaged
+_DAMAGED = ("could not read enough bytes", "corrupt database file")
+
+
+def plain_error(path: Path, exc: BaseException) -> StoreError | None:
+    """One line for a DuckDB or OS error that is the environment's, not a bug: a full disk
+    (DuckDB rolled the write back, or gave up the database, before anything of it was
+    recorded) or a store file cut short or damaged; None for any other."""
+    text = str(exc)
+    detail = text.splitlines()[0] if text else type(exc).__name__
+    if _DISK_FULL in text.lower() or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        return StoreError(f"store {path}: no space left on device ({detail}); the rows "
+                          f"recorded before this write are kept: free some space, then run the "
+                          f"same command again")
+    if any(s in text.lower() for s in _DAMAGED):
+        return StoreError(f"cannot open store {path}: Corrupt database file (it is cut short "
+                          f"or damaged: {detail}); it was left untouched")
+    return None
+
+
+@contextlib.contextmanager
+def plain_errors(path: Path) -> Iterator[None]:
+    """Within it, the errors :func:`plain_error` knows are raised as that one line."""
+    try:
+        yield
+    except (duckdb.Error, OSError) as exc:
+        if (plain := plain_error(path, exc)) is None:
+            raise
+        raise plain from None
+
+
 def _interrupted(exc: BaseException) -> bool:
     """Whether DuckDB stopped a query for Ctrl-C: an ``InterruptException``, or (a SIGINT
     during a query) a bare ``RuntimeError('Query interrupted')``."""
@@ -238,15 +272,18 @@ class Store:
         if read_only and not self.path.exists():
             raise StoreError(f"store {self.path} does not exist")
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            with plain_errors(self.path):
+                self.con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as exc:
             raise StoreError(_open_failed(self.path, exc)) from None
         except duckdb.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         try:
-            self._check_schema(read_only)
+            with plain_errors(self.path):
+                self._check_schema(read_only)
         except Exception:
-            self.con.close()
+            with contextlib.suppress(duckdb.Error):
+                self.con.close()
             raise
 
     def _check_schema(self, read_only: bool) -> None:
@@ -313,13 +350,18 @@ class Store:
         return _Transaction(self.con)
 
     def close(self) -> None:
-        self.con.close()
+        with plain_errors(self.path):
+            self.con.close()
 
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        with contextlib.suppress(duckdb.Error):  # a database DuckDB gave up: say the first error
+            self.con.close()
 
     # -- writes -------------------------------------------------------------------------------
     def add_sweep(self, sweep_id: str, name: str, op: str, source: str, spec_json: str,
@@ -381,15 +423,24 @@ class Store:
         return self._with_memory(lambda: self._in_transaction(fn, views))
 
     def _in_transaction(self, fn: Callable[[], T], views: dict[str, pd.DataFrame]) -> T:
-        """Views are registered outside the transaction: an aborted one could not drop them."""
+        """Views are registered outside the transaction: an aborted one could not drop them.
+        A failed write's views are dropped quietly: DuckDB may have given up the database (a
+        full disk), and the write's own error is the one to say."""
         for name, df in views.items():
             self.con.register(name, df)
         try:
             with self.transaction():
-                return fn()
-        finally:
-            for name in views:
-                self.con.unregister(name)
+                result = fn()
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                self._unregister(views)
+            raise
+        self._unregister(views)
+        return result
+
+    def _unregister(self, views: dict[str, pd.DataFrame]) -> None:
+        for name in views:
+            self.con.unregister(name)
 
     def _with_memory(self, fn: Callable[[], T]) -> T:
         """``fn()``, run again with a higher memory limit while DuckDB runs out of it.
@@ -397,17 +448,19 @@ class Store:
         The store keeps no index that DuckDB cannot evict (schema 2), so a sweep's writes
         fit a fixed limit; this is the safety net for one that does not (a huge import): failing
         the sweep then would be worse than growing. A query stopped by Ctrl-C (rolled back)
-        is a ``KeyboardInterrupt``, as anywhere else, for the commands to report."""
-        while True:
-            try:
-                return fn()
-            except duckdb.OutOfMemoryException:
-                if not self._raise_memory_limit():
+        is a ``KeyboardInterrupt``, as anywhere else, for the commands to report; a full disk
+        or a damaged file is one line (:func:`plain_error`)."""
+        with plain_errors(self.path):
+            while True:
+                try:
+                    return fn()
+                except duckdb.OutOfMemoryException:
+                    if not self._raise_memory_limit():
+                        raise
+                except Exception as exc:
+                    if _interrupted(exc):
+                        raise KeyboardInterrupt from None
                     raise
-            except Exception as exc:
-                if _interrupted(exc):
-                    raise KeyboardInterrupt from None
-                raise
 
     # -- memory -------------------------------------------------------------------------------
     def limit_memory(self, limit: str | None = None) -> None:
@@ -512,14 +565,14 @@ class Store:
         sql += " ORDER BY op, vector_id, pass"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        df = self.con.execute(sql, args).df()
+        df = self._with_memory(lambda: self.con.execute(sql, args).df())
         return expand_param_columns(df) if expand_params else df
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in ("sweeps", "vectors", "results", "meta"):
             raise StoreError(f"unknown table {name!r}")
         cols = _column_list(_TABLES[name][0]) if name in _TABLES else "*"  # not key_hash
-        return self.con.execute(f"SELECT {cols} FROM {name}").df()
+        return self._with_memory(lambda: self.con.execute(f"SELECT {cols} FROM {name}").df())
 
     def count_results(self, op: str | None = None, status: str | None = None,
                       params: ParamFilter | None = None) -> int:
@@ -531,7 +584,9 @@ class Store:
         return int(self._scalar(f"SELECT count(*) FROM {table}"))
 
     def _scalar(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        return self.con.execute(sql, list(args)).fetchall()[0][0]
+        """One value; no memory retry here: a write calls it inside its transaction."""
+        with plain_errors(self.path):
+            return self.con.execute(sql, list(args)).fetchall()[0][0]
 
     # -- import / export ----------------------------------------------------------------------
     def export(self, path: str | os.PathLike[str], table: str = "results") -> Path:
@@ -637,4 +692,8 @@ class _Transaction:
         self.con.execute("BEGIN TRANSACTION").fetchall()
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.con.execute("ROLLBACK" if exc_type else "COMMIT").fetchall()
+        if not exc_type:
+            self.con.execute("COMMIT").fetchall()
+            return
+        with contextlib.suppress(duckdb.Error):  # given up (a full disk): the first error counts
+            self.con.execute("ROLLBACK").fetchall()

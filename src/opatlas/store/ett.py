@@ -246,9 +246,13 @@ def export_ett_report(store: Store, outdir: str | Path) -> EttExport:
         held = f"it holds {_statuses(left_out)} only" if left_out else "it is empty"
         raise StoreError(f"{store.path}: no ok result to write in the estimate-train-time "
                          f"layout; {held}")
+    df, no_layout = _with_layout(df)
+    if df.empty:
+        raise StoreError(f"{store.path}: no ok result has an estimate-train-time layout; "
+                         f"{'; '.join(no_layout)}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    done = EttExport([], left_out)
+    done = EttExport([], left_out, notes=no_layout)
     filled: dict[str, FilledParams] = {}
     for (device, op, dtype), g in df.groupby(["device", "op", "dtype"]):
         wide, shape_cols, fill = _wide(str(op), g)
@@ -268,6 +272,22 @@ def export_ett_report(store: Store, outdir: str | Path) -> EttExport:
                                                          "need the same shape columns)")
         done.unwritten += len(fill.incomplete)
     return done
+
+
+def _with_layout(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of the ops that upstream's layout can hold, and a line for each op it cannot:
+    one whose rows set a parameter to a list or mapping (a reshard's ``input_shape``), as a
+    cell of that layout holds one number or name."""
+    lines, nested = [], []
+    for op, g in df.groupby("op", sort=True):
+        keys = sorted({k for s in g["params_json"].unique() for k, v in json.loads(s).items()
+                       if isinstance(v, list | dict)})
+        if keys:
+            nested.append(op)
+            lines.append(f"{op}: {len(g)} ok result row(s) not written: its parameter(s) "
+                         f"{', '.join(keys)} hold lists, and a cell of the estimate-train-time "
+                         f"layout holds one number or name")
+    return df[~df["op"].isin(nested)], lines
 
 
 def _wide(op: str, g: pd.DataFrame) -> tuple[pd.DataFrame, list[str], FilledParams]:
