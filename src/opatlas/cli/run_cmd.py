@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ from opatlas.errors import OpatlasError
 if TYPE_CHECKING:
     from opatlas.run import RunSummary
     from opatlas.spec import SweepSpec
+    from opatlas.store import Store
 
 
 EXECUTOR_OPTIONS = {"ray": ("address", "devices_per_task", "chunk", "ray_resource"),
@@ -77,7 +80,8 @@ def run(
                                         "on a file system every node sees)."),
     submitit_cluster: str | None = typer.Option(
         None, "--submitit-cluster", help="submitit: slurm, local (processes here) or debug "
-                                         "(in this process); default: slurm where it exists."),
+                                         "(in this process); default: slurm where it exists "
+                                         "(srun on PATH), else local, said on stderr."),
     submitit_opt: list[str] | None = typer.Option(
         None, "--submitit-opt", help="submitit parameter key=value, repeatable (e.g. "
                                      "slurm_partition=gpu, timeout_min=240, gpus_per_node=1)."),
@@ -104,8 +108,6 @@ def run(
     from opatlas.backends.base import check_backend_op
     from opatlas.run import RunConfig, run_spec
     from opatlas.run.runner import check_backend_dtypes
-    from opatlas.store import Store
-    from opatlas.store.writing import store_for_writing
     s = load(spec, ops_module)
     options = key_values(backend_opt, "--backend-opt")
     cfg = RunConfig(backend=backend, backend_options=options, repeats=repeats, warmup=warmup,
@@ -127,14 +129,15 @@ def run(
                          part=1 if executor == "submitit" else part, where=where,
                          file=spec if Path(spec).exists() else None)
 
+    folder = (submitit_folder or store.with_name(store.name + ".submitit")) \
+        if executor == "submitit" else None
+
     def execute(st: Store) -> RunSummary:
-        if executor == "submitit":
+        if folder is not None:
             from opatlas.run.submitit_executor import SubmititConfig, run_spec_submitit
 
-            scfg = SubmititConfig(
-                jobs=jobs, cluster=submitit_cluster,
-                folder=submitit_folder or store.with_name(store.name + ".submitit"),
-                parameters=_typed(key_values(submitit_opt, "--submitit-opt")))
+            scfg = SubmititConfig(jobs=jobs, cluster=submitit_cluster, folder=folder,
+                                  parameters=_typed(key_values(submitit_opt, "--submitit-opt")))
             return run_spec_submitit(s, st, cfg, scfg, where=where)
         if executor == "ray":
             from opatlas.run.ray_executor import RayConfig, run_spec_ray
@@ -145,21 +148,101 @@ def run(
         return run_spec(s, st, cfg, parts=parts, part=part, where=where)
 
     try:
-        with store_for_writing(store) as st:  # a store it made but did not fill is removed
+        with run_store(store) as st:
             summary = execute(st)
     except KeyboardInterrupt:
-        recorded = _recorded(store)
-        typer.echo(f"opatlas: interrupted; {recorded} result row(s) kept in {store}"
-                   + ("; run the same command again to resume" if recorded else ""), err=True)
+        typer.echo(f"opatlas: interrupted; {interrupted_kept(store, folder)}", err=True)
         raise typer.Exit(130) from None
     stats = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "nothing to run"
     typer.echo(f"{s.name}: {counted(summary.total, 'vector')}; {summary.skipped} already in "
                f"the store{failed_earlier(summary)}; "
                f"ran {summary.ran} ({stats}) in {summary.elapsed_s:.1f} s "
-               f"({summary.rate:.1f} vec/s)")
+               f"({summary.rate:.1f} vec/s)"
+               + (f"; {summary.not_run} not run" if summary.failed_tasks else ""))
     for line in node_lines(summary):
         typer.echo(line)
     typer.echo(f"store: {store.resolve()}")
+    if summary.failed_tasks:
+        typer.echo(f"opatlas: {', '.join(summary.failed_tasks)} failed; "
+                   f"{counted(summary.not_run, 'vector')} not run: run the same command again "
+                   f"to run them", err=True)
+        raise typer.Exit(1)
+
+
+@contextmanager
+def run_store(path: Path) -> Iterator[Store]:
+    """The run's store, as :func:`opatlas.store.writing.store_for_writing` opens it (one this
+    command made and did not fill is removed when it fails), except on an interrupt: a store
+    made here that holds a recorded sweep is kept then (recording a large sweep takes
+    minutes, and a resume goes on from it), and only one truly empty is removed."""
+    from opatlas.store import Store
+
+    existed = path.exists()
+    try:
+        with Store(path) as st:
+            yield st
+    except KeyboardInterrupt:
+        if not existed and _counts(path) == (0, 0):
+            _remove(path)
+        raise
+    except BaseException:
+        if not existed and _counts(path)[0] == 0:
+            _remove(path)
+        raise
+
+
+def _remove(path: Path) -> None:
+    for leftover in (path, path.with_name(path.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+
+
+def _counts(path: Path) -> tuple[int, int] | None:
+    """(result rows, recorded vectors) of the store at ``path``; (0, 0) where it is missing
+    or blank; None where it cannot be read (not ours to judge: kept)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return 0, 0
+    from opatlas.store import Store
+
+    try:
+        with Store(path, read_only=True) as st:
+            return st.count(), st.count("vectors")
+    except Exception:
+        return None
+
+
+def interrupted_kept(store: Path, folder: Path | None) -> str:
+    """What an interrupted run leaves, where, and how to go on."""
+    resume = "run the same command again to resume"
+    counts = _counts(store)
+    if counts is None:
+        kept = f"{store} is kept (it cannot be read now)"
+    elif not store.exists():
+        kept = f"nothing was recorded and no store is left at {store}"
+    elif counts[0]:
+        kept = f"{counts[0]:,} result row(s) kept in {store}"
+    elif counts[1]:
+        kept = (f"{store} keeps the sweep recorded so far ({counted(counts[1], 'vector')}), "
+                f"no result yet")
+    else:
+        kept = f"{store} holds no result"
+    tasks = _tasks_kept(folder) if folder is not None else ""
+    if tasks or (counts is None or counts != (0, 0)):
+        return f"{kept}{tasks}; {resume}"
+    return kept
+
+
+def _tasks_kept(folder: Path) -> str:
+    """What the submitit tasks hold in ``folder`` (merged by the next run), as a clause."""
+    from opatlas.run.submitit_executor import leftovers
+
+    if not folder.is_dir():
+        return ""
+    rows, unreadable = leftovers(folder)
+    if not rows and not unreadable:
+        return ""
+    busy = f" (and {unreadable} task file(s) still in use)" if unreadable else ""
+    return (f"; the tasks' {rows:,} result row(s) in {folder}{busy} are merged into the "
+            f"store by the next run (tasks still running on SLURM go on)")
 
 
 def failed_earlier(summary: RunSummary) -> str:
@@ -170,15 +253,6 @@ def failed_earlier(summary: RunSummary) -> str:
         return ""
     by = ", ".join(f"{k} {v}" for k, v in sorted(summary.failed_earlier.items()))
     return f" ({n} failed earlier: {by}; --retry-failed runs them again)"
-
-
-def _recorded(store: Path) -> int:
-    if not store.exists():
-        return 0
-    from opatlas.store import Store
-
-    with Store(store, read_only=True) as st:
-        return st.count()
 
 
 def key_values(items: list[str] | None, flag: str) -> dict[str, str]:

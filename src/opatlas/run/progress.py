@@ -21,9 +21,10 @@ LOG_SECONDS = 30.0
 
 
 class Progress:
-    def __init__(self, total: int, *, label: str, interactive: bool | None = None,
+    def __init__(self, total: int | None, *, label: str, interactive: bool | None = None,
                  log_every: int = 100, stream: TextIO | None = None, unit: str = "vec") -> None:
-        """``unit``: what ``total`` counts (vectors; rows ...), as the rate shows it."""
+        """``unit``: what ``total`` counts (vectors; rows ...), as the rate shows it;
+        ``total`` None: not known ahead (counted as it goes, without an ETA)."""
         self.total, self.label, self.log_every = total, label, max(1, log_every)
         self.unit = unit
         self.stream = stream or sys.stderr
@@ -38,7 +39,7 @@ class Progress:
         self._task: Any = None
 
     def __enter__(self) -> Progress:
-        if self.interactive and self.total:
+        if self.interactive and self.total != 0:
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
@@ -64,6 +65,8 @@ class Progress:
 
     def grow(self, count: int) -> None:
         """``count`` more vectors to do (work found after the start, e.g. a new device type)."""
+        if self.total is None:
+            return
         self.total += count
         if self._bar is not None:
             self._bar.update(self._task, total=self.total)
@@ -84,13 +87,20 @@ class Progress:
                 time.monotonic() - self._last_log >= LOG_SECONDS:
             self._next_log = (self.done // self.log_every + 1) * self.log_every
             self._last_log = time.monotonic()
-            rate = self.rate()
-            eta = (self.total - self.done) / rate if rate else 0.0
-            pct = 100.0 * self.done / self.total if self.total else 100.0
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            print(f"[{stamp}] {self.label} | {self.done}/{self.total}={pct:.2f}% | "
-                  f"{rate:.2f} {self.unit}/s | ETA {format_eta(eta)} | {stat}",
-                  file=self.stream, flush=True)
+            self._log(stat)
+
+    def _log(self, stat: str) -> None:
+        rate = self.rate()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        if self.total is None:
+            print(f"[{stamp}] {self.label} | {self.done:,} so far | {rate:.2f} {self.unit}/s"
+                  + (f" | {stat}" if stat else ""), file=self.stream, flush=True)
+            return
+        eta = (self.total - self.done) / rate if rate else 0.0
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        print(f"[{stamp}] {self.label} | {self.done}/{self.total}={pct:.2f}% | "
+              f"{rate:.2f} {self.unit}/s | ETA {format_eta(eta)} | {stat}",
+              file=self.stream, flush=True)
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

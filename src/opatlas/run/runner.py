@@ -62,6 +62,8 @@ class RunSummary:
     duplicate_rows: int = 0  # rows the store already held (ignored, never written twice)
     # of the skipped vectors, those recorded as failed, by status (without --retry-failed)
     failed_earlier: Counter[str] = field(default_factory=Counter)
+    not_run: int = 0  # vectors left to run because a task of a job array failed
+    failed_tasks: list[str] = field(default_factory=list)  # those tasks, as said to the user
 
     @property
     def rate(self) -> float:
@@ -168,16 +170,17 @@ def _builtin_op(name: str) -> bool:
 
 
 def prepare_run(spec: SweepSpec, store: Store, config: RunConfig, *, parts: int = 1,
-                part: int = 1, where: str | None = None) -> SweepPlan:
+                part: int = 1, where: str | None = None, split: int = 1) -> SweepPlan:
     """Cap the store's memory for the sweep, then expand ``spec`` (this part, this selection)
-    into the store batch by batch: the plan that both executors run."""
+    into the store batch by batch: the plan that both executors run. ``split``: count the
+    vectors each of that many parts gets (``SweepPlan.part_sizes``)."""
     for m in config.ops_modules:
         load_ops_module(m)
     check_backend_op(config.backend, spec.op)
     check_backend_dtypes(spec, config.backend, parts=parts, part=part, where=where)
     store.limit_memory()
     return record_sweep(spec, store, parts=parts, part=part, where=where,
-                        passes=measurement(spec, config).passes)
+                        passes=measurement(spec, config).passes, split=split)
 
 
 def run_spec(spec: SweepSpec, store: Store, config: RunConfig | None = None, *,

@@ -17,9 +17,11 @@ folder before it looks at what is still to do.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from opatlas.console import counted
 from opatlas.errors import OpatlasError
-from opatlas.run.plan import RESUMABLE
+from opatlas.run.plan import RESUMABLE, SweepPlan
 from opatlas.run.runner import NodeStats, RunConfig, Runner, RunSummary, prepare_run
 from opatlas.spec import SweepSpec
 from opatlas.store import Store
@@ -99,7 +102,8 @@ def _export(store: Store, shard: Path) -> None:
 def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = None,
                       sconfig: SubmititConfig | None = None, *,
                       where: str | None = None) -> RunSummary:
-    """Like :func:`opatlas.run.run_spec`, with the vectors run by a submitit job array."""
+    """Like :func:`opatlas.run.run_spec`, with the vectors run by a submitit job array. A
+    task that failed is named in ``failed_tasks``, and the vectors it left in ``not_run``."""
     submitit = import_submitit()
     config = config or RunConfig()
     sconfig = sconfig or SubmititConfig()
@@ -108,22 +112,69 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     t0 = time.monotonic()
     summary = RunSummary()
     summary.duplicate_rows = merge_leftovers(store, folder)
-    plan = prepare_run(spec, store, config, where=where)
+    n = sconfig.jobs
+    plan = prepare_run(spec, store, config, where=where, split=n)
     earlier = {d: plan.work(store, config.backend, d, config.retry_failed).failed
                for d in _devices(store, config.backend)}  # before the tasks add theirs
     _write_done(store, config, folder, plan.passes)
     executor = _executor(submitit, sconfig, folder)
-    n = sconfig.jobs
-    jobs = executor.map_array(run_part, [spec] * n, [config] * n, [n] * n, range(1, n + 1),
-                              [where] * n, [str(folder)] * n)
-    _say(f"submitted {n} task(s) as job {jobs[0].job_id.split('_')[0]} "
+    parts = parts_to_submit(plan.part_sizes, where)
+    jobs = executor.map_array(run_part, [spec] * len(parts), [config] * len(parts),
+                              [n] * len(parts), parts, [where] * len(parts),
+                              [str(folder)] * len(parts))
+    _say(f"submitted {len(parts)} task(s) as job {jobs[0].job_id.split('_')[0]} "
          f"({executor.cluster}); logs in {folder / 'logs'}")
-    _collect(store, jobs, folder, summary, sconfig.poll_s)
+    _collect(store, dict(zip(parts, jobs, strict=True)), folder, summary, sconfig.poll_s)
     for device in {d for node in summary.nodes.values() for d in node.devices}:
         summary.failed_earlier.update(earlier.get(device, {}))
     summary.total = plan.valid
+    if summary.failed_tasks:
+        _count_not_run(store, plan, config.backend, summary)
     summary.elapsed_s = time.monotonic() - t0
     return summary
+
+
+def parts_to_submit(sizes: Sequence[int], where: str | None) -> list[int]:
+    """The parts (1-based) that hold a vector; says on stderr which hold none, or when the
+    split is very unbalanced: parts take every ``len(sizes)``-th grid point, and a
+    ``--where`` can select points that fall mostly in a few of them."""
+    n = len(sizes)
+    full = [k for k, size in enumerate(sizes, start=1) if size]
+    if len(full) < n:
+        empty = [k for k in range(1, n + 1) if k not in full]
+        _say(f"part(s) {_ranges(empty)} of {n} hold no vector"
+             f"{' of this --where' if where else ''} (the sweep is split by grid position: "
+             f"every {n}th point); submitting {counted(len(full), 'task')}, not {n}"
+             f"{'; fewer --jobs split it more evenly' if where else ''}")
+    held = [sizes[k - 1] for k in full]
+    if len(held) > 1 and max(held) > UNBALANCED * min(held):
+        _say(f"the parts are unbalanced: {min(held):,} to {max(held):,} vectors per task "
+             f"(split by grid position); the largest task sets the run's time")
+    return full
+
+
+UNBALANCED = 2  # the largest part over this times the smallest is said on stderr
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """1, 3, 4, 5 -> "1, 3-5"."""
+    out: list[str] = []
+    for k in numbers:
+        if out and out[-1].split("-")[-1] == str(k - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{k}"
+        else:
+            out.append(str(k))
+    return ", ".join(out)
+
+
+def _count_not_run(store: Store, plan: SweepPlan, backend: str, summary: RunSummary) -> None:
+    """After a task failed: the vectors no task got to, on the devices the run used (they
+    run on the same command again); the rest of those not run here were skipped."""
+    devices = {d for node in summary.nodes.values() for d in node.devices}
+    devices = devices or set(_devices(store, backend))
+    summary.not_run = plan.left(store, backend, sorted(devices)) if devices else \
+        plan.valid - summary.ran - summary.skipped
+    summary.skipped = max(0, plan.valid - summary.ran - summary.not_run)
 
 
 def _write_done(store: Store, config: RunConfig, folder: Path, passes: Sequence[str]) -> None:
@@ -146,6 +197,11 @@ def _executor(submitit: Any, sconfig: SubmititConfig, folder: Path) -> Any:
         raise OpatlasError(f"--submitit-cluster {sconfig.cluster!r}: expected one of "
                            f"{', '.join(CLUSTERS)}")
     executor = submitit.AutoExecutor(folder=folder / "logs", cluster=sconfig.cluster)
+    if sconfig.cluster is None and executor.cluster != "slurm":
+        why = "no srun on PATH" if shutil.which("srun") is None else "submitit found none"
+        _say(f"no SLURM here ({why}): the tasks run as processes on this machine "
+             f"(submitit's {executor.cluster} cluster); --submitit-cluster local says so, "
+             f"--submitit-cluster slurm requires SLURM")
     try:
         executor.update_parameters(**sconfig.parameters)
     except (TypeError, ValueError, NameError) as exc:
@@ -153,10 +209,10 @@ def _executor(submitit: Any, sconfig: SubmititConfig, folder: Path) -> Any:
     return executor
 
 
-def _collect(store: Store, jobs: Sequence[Any], folder: Path, summary: RunSummary,
+def _collect(store: Store, jobs: dict[int, Any], folder: Path, summary: RunSummary,
              poll_s: float) -> None:
-    """Merge each task's shard as the task ends, until all have ended."""
-    pending = dict(enumerate(jobs, start=1))
+    """Merge each task's shard as the task ends, until all have ended (``jobs``: by part)."""
+    pending = dict(jobs)
     while pending:
         for part, job in list(pending.items()):
             if job.done():
@@ -164,7 +220,8 @@ def _collect(store: Store, jobs: Sequence[Any], folder: Path, summary: RunSummar
                 _finish(store, job, part, folder, summary)
         if pending:
             time.sleep(poll_s)
-    _say(f"all {len(jobs)} task(s) ended; "
+    failed = f", {len(summary.failed_tasks)} failed" if summary.failed_tasks else ""
+    _say(f"all {len(jobs)} task(s) ended{failed}; "
          f"{sum(n.vectors for n in summary.nodes.values())} vectors run")
 
 
@@ -174,10 +231,10 @@ def _finish(store: Store, job: Any, part: int, folder: Path, summary: RunSummary
     except Exception as exc:  # submitit re-raises the task's failure, or its scheduler's
         text = str(exc).strip().splitlines()
         _say(f"task {part} failed ({type(exc).__name__}: {text[-1] if text else ''}); "
-             f"recovering what it recorded; run the same command again to run the rest")
-        summary.duplicate_rows += _merge(store, *shard_paths(folder, part))
+             f"recovering what it recorded")
+        _recover(store, part, folder, summary)
         return
-    summary.duplicate_rows += _merge(store, *shard_paths(folder, part))
+    summary.duplicate_rows += _merge(store, *shard_paths(folder, part)).duplicates
     s = report.summary
     summary.ran += s.ran
     summary.skipped += s.skipped
@@ -190,24 +247,63 @@ def _finish(store: Store, job: Any, part: int, folder: Path, summary: RunSummary
     _say(f"task {part} on {report.host}: {s.ran} vectors in {s.elapsed_s:.1f} s")
 
 
-def _merge(store: Store, db: Path, shard: Path) -> int:
+def _recover(store: Store, part: int, folder: Path, summary: RunSummary) -> None:
+    """A failed task's rows, merged and counted as run (its node: ``part-K (failed)``)."""
+    merged = _merge(store, *shard_paths(folder, part))
+    summary.duplicate_rows += merged.duplicates
+    summary.failed_tasks.append(f"task {part}")
+    ran = merged.statuses.total()
+    summary.ran += ran
+    summary.statuses.update(merged.statuses)
+    node = summary.nodes.setdefault(f"part-{part} (failed)", NodeStats())
+    node.vectors += ran
+    node.failures += sum(v for k, v in merged.statuses.items() if k not in RESUMABLE)
+    node.devices |= merged.devices
+    _say(f"task {part}: {counted(ran, 'vector')} recovered"
+         + ("" if merged.complete else " (its store cannot be read now: it stays for the "
+                                       "next run)") + "; run the same command again to run the rest")
+
+
+@dataclass
+class Merged:
+    """What merging one task's shard brought: rows the store held already, its vectors'
+    outcomes (a vector's status: its first failed pass's, else its first pass's) and
+    devices; ``complete`` False where the task's store could not be read."""
+
+    duplicates: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    devices: set[str] = field(default_factory=set)
+    complete: bool = True
+
+
+def _merge(store: Store, db: Path, shard: Path) -> Merged:
     """Import a task's shard (or, when it died before writing one, its own store) into the
-    driver's store, then remove both; returns the rows the store held already."""
+    driver's store, then remove both."""
     if not shard.exists():
         if not db.exists():
-            return 0
+            return Merged()
         try:
             with Store(db) as part_store:  # read-write: a killed task's WAL is replayed
                 _export(part_store, shard)
         except Exception as exc:  # still open in a live task, or cut short mid-write
             _say(f"{db}: cannot read it now ({type(exc).__name__}); it stays for the next run")
-            return 0
-    rows = _parquet_rows(shard)
+            return Merged(complete=False)
+    merged = _shard_outcomes(shard)
     added = store.import_results(shard)
+    merged.duplicates = _parquet_rows(shard) - added
     shard.unlink()
     db.unlink(missing_ok=True)
     db.with_name(db.name + ".wal").unlink(missing_ok=True)
-    return rows - added
+    return merged
+
+
+def _shard_outcomes(shard: Path) -> Merged:
+    import pyarrow.parquet as pq
+
+    df = pq.read_table(shard, columns=["vector_id", "status", "device"]).to_pandas()
+    failed = ~df["status"].isin(RESUMABLE)
+    firsts = df.iloc[np.argsort(~failed.to_numpy(), kind="stable")].drop_duplicates("vector_id")
+    return Merged(statuses=Counter(firsts["status"].tolist()), devices=set(df["device"]))
 
 
 def _parquet_rows(path: Path) -> int:
@@ -222,7 +318,23 @@ def merge_leftovers(store: Store, folder: Path) -> int:
                     if p.stem.split("-")[1].isdigit()})
     if parts:
         _say(f"merging {len(parts)} shard(s) left in {folder} by an earlier run")
-    return sum(_merge(store, *shard_paths(folder, k)) for k in parts)
+    return sum(_merge(store, *shard_paths(folder, k)).duplicates for k in parts)
+
+
+def leftovers(folder: Path) -> tuple[int, int]:
+    """(result rows the task shards and stores in ``folder`` hold, files that cannot be read
+    now: a task still writing): what the next run merges first."""
+    rows = unreadable = 0
+    for path in folder.glob("part-*.*"):
+        try:
+            if path.suffix == ".parquet":
+                rows += _parquet_rows(path)
+            elif path.suffix == ".duckdb" and not path.with_suffix(".parquet").exists():
+                with Store(path, read_only=True) as st:
+                    rows += st.count()
+        except Exception:  # open in a live task, or cut short by a kill
+            unreadable += 1
+    return rows, unreadable
 
 
 def _say(text: str) -> None:
