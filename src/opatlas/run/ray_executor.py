@@ -84,9 +84,10 @@ class RayConfig:
     max_workers: int | None = None
     object_store_mb: int = 100  # for a Ray started here: small for laptops and CI
     num_cpus: int | None = None  # for a Ray started here
-    chunk_attempts: int = 3     # a chunk whose worker died this often is recorded as crash
+    chunk_attempts: int = 3     # a vector whose worker died this often is recorded as crash
     start_timeout_s: float = 300.0
     rescale_every_s: float = 5.0
+    settle_s: float = 60.0      # nothing to run: wait this long for workers still starting
 
 
 def import_ray() -> Any:
@@ -166,9 +167,25 @@ def connect(ray: Any, cfg: RayConfig, ship: Sequence[str] = ()) -> bool:
                                f"({_short(exc)}); start one with `ray start --head`, or leave "
                                f"--address out to start Ray on this machine") from None
     else:
-        ray.init(num_cpus=cfg.num_cpus, object_store_memory=cfg.object_store_mb * 2**20,
-                 include_dashboard=False, runtime_env=runtime_env, log_to_driver=True)
+        start_private_ray(ray, cfg, runtime_env)
     return True
+
+
+def start_private_ray(ray: Any, cfg: RayConfig, runtime_env: dict[str, Any] | None) -> None:
+    """Start Ray on this machine for this run only (``address="local"``): without it, Ray
+    joins a cluster already running here or named by RAY_ADDRESS, and refuses the object store
+    size given for a new one."""
+    if os.environ.get("RAY_ADDRESS"):
+        print(f"opatlas: RAY_ADDRESS={os.environ['RAY_ADDRESS']} is ignored without --address: "
+              f"starting Ray on this machine for this run (--address auto joins that cluster)",
+              file=sys.stderr)
+    try:
+        ray.init(address="local", num_cpus=cfg.num_cpus,
+                 object_store_memory=cfg.object_store_mb * 2**20, include_dashboard=False,
+                 runtime_env=runtime_env, log_to_driver=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise OpatlasError(f"--executor ray: cannot start Ray on this machine ({_short(exc)}); "
+                           f"join a running cluster with --address auto or HOST:PORT") from None
 
 
 @dataclass
@@ -194,6 +211,7 @@ class _Call:
 
     slot: _Slot
     chunks: list[_Chunk]
+    seq: int = 0  # the order of sending: an actor runs its calls in this order
 
 
 @dataclass
@@ -219,9 +237,10 @@ class _ChunkQueue:
     any is left)."""
 
     def __init__(self, device: str, work: Work, size: int) -> None:
-        self.device = device
+        self.device, self.size = device, size
         self.again: deque[_Chunk] = deque()
         self.pace = _Pace()
+        self.fresh = work.todo  # vectors not taken yet (the chunk read ahead included)
         self._source = work.chunks(size)
         self._next = self._read()
 
@@ -239,7 +258,11 @@ class _ChunkQueue:
         if chunk is None:
             raise IndexError("no chunk left")
         self._next = self._read()
+        self.fresh -= len(chunk.vectors)
         return chunk
+
+    def chunks_left(self) -> int:
+        return len(self.again) + math.ceil(max(0, self.fresh) / self.size)
 
     def take(self, most: int) -> list[_Chunk]:
         """The chunks of the next call: a chunk run again goes alone (if it is what killed its
@@ -269,6 +292,7 @@ class RayDispatcher:
         self.slots: dict[Any, _Slot] = {}       # actor id -> live actor
         self.starting: dict[Any, Any] = {}      # info() ref -> actor handle
         self.calls: dict[Any, _Call] = {}  # call ref -> what it runs
+        self.sent = 0  # calls sent so far (their sequence numbers)
         self.queues: dict[str, _ChunkQueue] = {}
         self.todo = 0  # vectors to run, over every device type found so far
         self.groups: dict[str, WorkerInfo] = {}  # device name -> the first worker's info
@@ -322,7 +346,9 @@ class RayDispatcher:
         self.summary.skipped += work.skipped
         self.summary.failed_earlier.update(work.failed)
         self.todo += work.todo
-        self.queues[info.device] = _ChunkQueue(info.device, work, max(1, self.rcfg.chunk))
+        # A sweep shorter than a chunk per worker is cut so that every worker gets one.
+        size = min(self.rcfg.chunk, math.ceil(work.todo / max(1, self.target_workers())))
+        self.queues[info.device] = _ChunkQueue(info.device, work, max(1, size))
         if self.progress is not None:
             self.progress.grow(work.todo)
 
@@ -333,26 +359,41 @@ class RayDispatcher:
 
     # -- chunks -------------------------------------------------------------------------------
     def submit(self) -> None:
-        """Keep ``calls_per_worker`` calls in flight on every live actor."""
-        chunk = max(1, self.rcfg.chunk)
-        most = max(1, self.rcfg.call_vectors // chunk)
-        for slot in list(self.slots.values()):
-            queue = self.queues.get(slot.info.device)
-            while queue and slot.in_flight < max(1, self.rcfg.calls_per_worker):
-                chunks = queue.take(queue.pace.chunks_per_call(self.rcfg.call_s, most))
-                ref = slot.handle.run_chunks.remote([wire_vectors(c.vectors) for c in chunks])
-                self.calls[ref] = _Call(slot, chunks)
-                slot.in_flight += 1
+        """Keep up to ``calls_per_worker`` calls in flight on every live actor: a first call on
+        each before a second on any, and no second call while the chunks left would not give
+        each worker still starting one (else the first worker up takes a short sweep alone)."""
+        for depth in range(1, max(1, self.rcfg.calls_per_worker) + 1):
+            for slot in list(self.slots.values()):
+                queue = self.queues.get(slot.info.device)
+                if not queue or slot.in_flight >= depth:
+                    continue
+                if depth > 1 and queue.chunks_left() <= len(self.starting):
+                    continue
+                self._send(slot, queue)
+
+    def _send(self, slot: _Slot, queue: _ChunkQueue) -> None:
+        """One call: the chunks that run about ``call_s``, at most an even share of what is
+        left among the workers of the device type (the last chunks are spread over all)."""
+        most = max(1, self.rcfg.call_vectors // queue.size)
+        workers = len(self.starting) + sum(s.info.device == queue.device
+                                           for s in self.slots.values())
+        share = math.ceil(queue.chunks_left() / max(1, workers))
+        chunks = queue.take(max(1, min(share, queue.pace.chunks_per_call(self.rcfg.call_s,
+                                                                         most))))
+        ref = slot.handle.run_chunks.remote([wire_vectors(c.vectors) for c in chunks])
+        self.calls[ref] = _Call(slot, chunks, self.sent)
+        self.sent += 1
+        slot.in_flight += 1
 
     def _finished(self, ref: Any) -> None:
-        call = self.calls.pop(ref)
+        call = self.calls.pop(ref, None)
+        if call is None:  # lost with its worker, already put back by _worker_lost
+            return
         call.slot.in_flight -= 1
         try:
             results: list[ChunkResult] = self.ray.get(ref)
         except Exception as exc:  # the actor or its node died: the chunks run again elsewhere
-            self._drop(call.slot)
-            for chunk in reversed(call.chunks):  # back at the front, in their order
-                self._retry(chunk, _short(exc))
+            self._worker_lost(call, _short(exc))
             return
         self.queues[call.slot.info.device].pace.update(sum(r.busy_s for r in results),
                                                        len(results))
@@ -361,12 +402,36 @@ class RayDispatcher:
             for result in results:
                 self.on_result(result)
 
+    def _worker_lost(self, call: _Call, error: str) -> None:
+        """The actor of ``call`` died: every call it had in flight goes back to the front of
+        the queue. Only the oldest was running (an actor runs its calls in order), so only its
+        chunks may hold what killed the worker; the others never started and go back as
+        they were."""
+        self._drop(call.slot)
+        others = [r for r, c in self.calls.items() if c.slot is call.slot]
+        lost = sorted([call, *(self.calls.pop(r) for r in others)], key=lambda c: c.seq)
+        for queued in reversed(lost[1:]):
+            for chunk in reversed(queued.chunks):
+                self.summary.retried_chunks += 1
+                self.queues[chunk.device].again.appendleft(chunk)
+        for chunk in reversed(lost[0].chunks):  # at the very front, in their order
+            self._retry(chunk, error)
+
     def _retry(self, chunk: _Chunk, error: str) -> None:
+        """Run again a chunk that was running when its worker died. A chunk of several vectors
+        comes back as one chunk per vector (each then runs in a call of its own), so the vector
+        that kills its worker is the only one that dies again, and the only one recorded as
+        crash once its worker died ``chunk_attempts`` times."""
+        self.summary.retried_chunks += 1
+        again = self.queues[chunk.device].again
+        if len(chunk.vectors) > 1:
+            again.extendleft(_Chunk(chunk.device, [v], chunk.attempts + 1, error)
+                             for v in reversed(chunk.vectors))
+            return
         chunk.attempts += 1
         chunk.last_error = error
-        self.summary.retried_chunks += 1
         if chunk.attempts < self.rcfg.chunk_attempts:
-            self.queues[chunk.device].again.appendleft(chunk)
+            again.appendleft(chunk)
             return
         info = self.groups[chunk.device]  # recorded, never dropped: say why
         builder = RowBuilder(self.cfg.backend, info.device, info.versions_json)
@@ -412,19 +477,26 @@ class RayDispatcher:
             for ref in ready:
                 self._started(ref)
 
-    def _work_left(self) -> bool:
-        return bool(self.calls) or any(self.queues.values())
+    def _work_left(self, settle_until: float) -> bool:
+        """Calls in flight or chunks to send; or, while nothing ran, workers still starting:
+        they may hold another device type (a resume whose first type is done), so they are
+        waited for (at most ``settle_s``) rather than left with a note."""
+        if self.calls or any(self.queues.values()):
+            return True
+        return bool(self.starting) and self.summary.ran == 0 and time.monotonic() < settle_until
 
     def run(self) -> RunSummary:
         t0 = time.monotonic()
+        finished = False
         try:
             self._wait_for_first_worker()
             label = f"{self.spec.name} on {self.cfg.backend} (ray)"
             with self.writer, Progress(self.todo, label=label, interactive=self.cfg.interactive,
                                        log_every=self.cfg.log_every) as self.progress:
                 self._loop()
+            finished = True
         finally:
-            self._shutdown_workers()
+            self._shutdown_workers(finished)
             self.summary.elapsed_s = time.monotonic() - t0
             self.summary.duplicate_rows = self.writer.ignored
         return self.summary
@@ -432,7 +504,8 @@ class RayDispatcher:
     def _loop(self) -> None:
         last_scale = time.monotonic()
         stalled_since: float | None = None
-        while self._work_left():
+        settle_until = time.monotonic() + self.rcfg.settle_s
+        while self._work_left(settle_until):
             self.submit()
             for ref in self._ready():
                 if ref in self.starting:
@@ -467,14 +540,16 @@ class RayDispatcher:
             ready += more
         return ready
 
-    def _shutdown_workers(self) -> None:
-        if self.starting:
+    def _shutdown_workers(self, finished: bool) -> None:
+        """Close the idle workers of a finished sweep (their guarded processes end cleanly);
+        after Ctrl-C or an error, kill them at once: a close would wait behind their calls."""
+        if finished and self.starting:
             seen = ", ".join(self.groups) or "no device yet"
             print(f"opatlas: note: the work for {seen} ran out while {len(self.starting)} more "
                   f"Ray worker(s) were still starting; if they hold another device type, run "
                   f"the same command again to measure it there", file=sys.stderr)
         handles = [s.handle for s in self.slots.values()] + list(self.starting.values())
-        closing = [s.handle.close.remote() for s in self.slots.values()]
+        closing = [s.handle.close.remote() for s in self.slots.values()] if finished else []
         if closing:
             self.ray.wait(closing, num_returns=len(closing), timeout=10.0)
         for handle in handles:
