@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 
 from conftest import cli_in_process, write_spec
-from opatlas.cli.run_cmd import interrupted_kept, run_store
+from opatlas.cli.run_cmd import interrupted_kept
 from opatlas.run import RunConfig
 from opatlas.run.plan import grid_points, record_sweep
 from opatlas.spec import spec_from_mapping
 from opatlas.store import Store
+from opatlas.store.writing import store_for_writing
 
 N = 12
 
@@ -41,10 +42,10 @@ def test_recording_shows_its_progress_once_it_lasts(tmp_path, capsys):
 def test_an_interrupt_keeps_a_recorded_sweep_and_removes_an_empty_store(tmp_path):
     spec = spec_from_mapping(plain())
     kept, empty = tmp_path / "kept.duckdb", tmp_path / "empty.duckdb"
-    with pytest.raises(KeyboardInterrupt), run_store(kept) as st:
+    with pytest.raises(KeyboardInterrupt), store_for_writing(kept, keep_recorded_sweep=True) as st:
         record_sweep(spec, st)
         raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt), run_store(empty):
+    with pytest.raises(KeyboardInterrupt), store_for_writing(empty, keep_recorded_sweep=True):
         raise KeyboardInterrupt
     assert kept.exists() and not empty.exists()
     with Store(kept, read_only=True) as st:
@@ -59,7 +60,7 @@ def test_an_interrupt_keeps_a_recorded_sweep_and_removes_an_empty_store(tmp_path
 def test_a_failure_other_than_an_interrupt_leaves_no_store_without_results(tmp_path):
     spec = spec_from_mapping(plain())
     path = tmp_path / "f.duckdb"
-    with pytest.raises(RuntimeError), run_store(path) as st:
+    with pytest.raises(RuntimeError), store_for_writing(path, keep_recorded_sweep=True) as st:
         record_sweep(spec, st)
         raise RuntimeError("cluster unreachable")
     assert not path.exists()
@@ -196,3 +197,14 @@ def test_a_where_that_falls_in_one_part_runs_one_task(tmp_path, capsys, in_proce
     err = capsys.readouterr().err
     assert "part(s) 2-4 of 4 hold no vector" in err and "submitted 1 task(s)" in err
     assert (summary.ran, summary.statuses) == (2, {"ok": 2})
+
+
+def test_a_new_store_left_unreadable_keeps_the_real_error(tmp_path):
+    """A failure that leaves the new store unreadable (a full disk, a damaged file) is raised
+    as itself, the store kept (not ours to judge), not hidden behind a TypeError."""
+    path = tmp_path / "s.duckdb"
+    with pytest.raises(RuntimeError, match="the real cause"), \
+            store_for_writing(path, keep_recorded_sweep=True):
+        path.write_bytes(b"not a duckdb file " * 4096)
+        raise RuntimeError("the real cause")
+    assert path.exists()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -148,7 +146,9 @@ def run(
         return run_spec(s, st, cfg, parts=parts, part=part, where=where)
 
     try:
-        with run_store(store) as st:
+        from opatlas.store.writing import store_for_writing
+
+        with store_for_writing(store, keep_recorded_sweep=True) as st:
             summary = execute(st)
     except KeyboardInterrupt:
         typer.echo(f"opatlas: interrupted; {interrupted_kept(store, folder)}", err=True)
@@ -167,33 +167,6 @@ def run(
                    f"{counted(summary.not_run, 'vector')} not run: run the same command again "
                    f"to run them", err=True)
         raise typer.Exit(1)
-
-
-@contextmanager
-def run_store(path: Path) -> Iterator[Store]:
-    """The run's store, as :func:`opatlas.store.writing.store_for_writing` opens it (one this
-    command made and did not fill is removed when it fails), except on an interrupt: a store
-    made here that holds a recorded sweep is kept then (recording a large sweep takes
-    minutes, and a resume goes on from it), and only one truly empty is removed."""
-    from opatlas.store import Store
-
-    existed = path.exists()
-    try:
-        with Store(path) as st:
-            yield st
-    except KeyboardInterrupt:
-        if not existed and _counts(path) == (0, 0):
-            _remove(path)
-        raise
-    except BaseException:
-        if not existed and _counts(path)[0] == 0:
-            _remove(path)
-        raise
-
-
-def _remove(path: Path) -> None:
-    for leftover in (path, path.with_name(path.name + ".wal")):
-        leftover.unlink(missing_ok=True)
 
 
 def _counts(path: Path) -> tuple[int, int] | None:
