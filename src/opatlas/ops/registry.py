@@ -128,9 +128,7 @@ def contradicted(fixed: Mapping[str, Any], params: Mapping[str, Any]) -> str | N
 def aliases_fixing(op: str, fixed: Mapping[str, Any]) -> list[str]:
     """The aliases of ``op`` that fix exactly ``fixed`` (``linear``, role vocab:
     ``linear_final``): what a spec contradicting an alias meant."""
-    _load_builtins()
-    return sorted(a for a, (target, pre) in _ALIASES.items()
-                  if target == op and pre == dict(fixed))
+    return [a for a, pre in aliases_of(op).items() if pre == dict(fixed)]
 
 
 def aliases_of(op: str) -> dict[str, dict[str, Any]]:

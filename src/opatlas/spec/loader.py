@@ -61,8 +61,6 @@ def load_spec(path: str | Path, *, note_defaults: bool = True) -> SweepSpec:
                         value=type(data).__name__)
     data = dict(data)
     data.setdefault("name", path.stem)
-    if "op" in data:
-        _refuse_builtin_only(data["op"], str(path))
     spec = spec_from_mapping(data, file=str(path))
     if note_defaults:
         _note_dtype(spec, data, str(path))
@@ -101,6 +99,8 @@ def spec_from_mapping(data: Mapping[str, Any], *, file: str = "<spec>") -> Sweep
 def _validated(data: dict[str, Any], file: str) -> SweepSpec:
     if "name" not in data and isinstance(data.get("op"), str):
         data["name"] = data["op"]
+    if data.get("source") != "builtin" and "op" in data:
+        _refuse_builtin_only(data["op"], file)
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
@@ -221,8 +221,6 @@ def _check_op(spec: SweepSpec, file: str) -> None:
         raise SpecError(str(exc), file=file,
                         key="kernel_name" if spec.source == "ett" else "op",
                         value=spec.op) from None
-    if spec.source != "builtin":
-        _refuse_builtin_only(spec.op, file)
     _check_alias(spec, op, fixed, file)
     provided = set(spec.param_names()) | set(spec.fixed) | set(fixed) | {"dtype"}
     missing = [p for p in op.params if p not in provided and p not in op.defaults]
