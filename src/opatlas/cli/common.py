@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from collections import Counter
+
+    from opatlas.errors import OpatlasError
     from opatlas.spec import SweepSpec
 
 
@@ -85,3 +88,15 @@ def one_to_stdout(outputs: dict[str, bool]) -> None:
         raise OpatlasError(f"{', '.join(there[:-1])} and {there[-1]} all write to standard "
                            f"output, where they would run together: send one there, the "
                            f"others to files")
+
+
+def no_valid_vector(spec: SweepSpec, where: str | None, invalid: Counter[str],
+                    consequence: str) -> OpatlasError:
+    """The refusal of a ``--where`` (or a spec) that leaves no valid vector, with the three
+    commonest reasons of ``invalid`` and what then does not happen."""
+    from opatlas.errors import OpatlasError
+
+    rejected = "; ".join(f"{n:,} {why}" for why, n in invalid.most_common(3))
+    what = f"--where {where!r} selects" if where else "the spec has"
+    return OpatlasError(f"{what} no valid vector of {spec.name}"
+                        + (f" (invalid: {rejected})" if rejected else "") + f"; {consequence}")

@@ -275,11 +275,9 @@ def _check_before_store(spec: SweepSpec, where: str | None, executor: str, backe
 
     stream = VectorStream(spec, where=where)
     if next(iter(stream), None) is None:  # read to the end only when none is valid
-        rejected = "; ".join(f"{n:,} {why}" for why, n in stream.invalid.most_common(3))
-        what = f"--where {where!r} selects" if where else "the spec has"
-        raise OpatlasError(f"{what} no valid vector of {spec.name}"
-                           + (f" (invalid: {rejected})" if rejected else "")
-                           + "; nothing to run, no store written")
+        from opatlas.cli.common import no_valid_vector
+
+        raise no_valid_vector(spec, where, stream.invalid, "nothing to run, no store written")
     if executor == "local":
         from opatlas.backends import get_backend
 

@@ -76,9 +76,9 @@ def _refuse_empty_selection(spec: SweepSpec, where: str, invalid: Counter[str], 
         if any(b.valid for b in whole):
             return
         invalid = whole.invalid
-    rejected = "; ".join(f"{n:,} {why}" for why, n in invalid.most_common(3))
-    raise OpatlasError(f"--where {where!r} selects no valid vector of {spec.name}"
-                       + (f" (invalid: {rejected})" if rejected else "") + f"; {consequence}")
+    from opatlas.cli.common import no_valid_vector
+
+    raise no_valid_vector(spec, where, invalid, consequence)
 
 
 def _write_vectors(vectors: list, out: Path) -> None:
