@@ -69,10 +69,8 @@ def _epoch_summary(e: int, ests: list[tuple[NetOp, OpEstimate]], nl: Netlist,
     pipeline = est.limiter_cycles
     rate = int(nl.clock_hz / pipeline) or int(100 * nl.clock_hz / pipeline) / 100
     util = sum(o.cores * (x.cycles or 0) for o, x in modelled) / pipeline / total_cores
-    # the slowest op's pipe below what it needs, in the rows' words (its limiter, the rows'
-    # verdict with its bound, is the analyzer's: analyze.sources.pybuda.epoch_limiters)
-    problem = "" if est.limiter in ("compute", "unknown") else est.limiter
-    return {"epoch": e, "slowest_op": op.name, "bw_problem": problem,
+    # the slowest op's limiter and pipe problem are its row's: analyze.sources.pybuda.epoch_limiters
+    return {"epoch": e, "slowest_op": op.name,
             "pipeline_cycles": pipeline, "inputs_per_second": rate,
             "util": int(1000 * util) / 10,
             "matmul_cores": sum(o.cores for o, _ in ests if o.type == "matmul"),

@@ -303,7 +303,7 @@ def summarize_epoch(epoch: int, ops: dict[str, dict[str, Any]], scores: dict[str
             bw[f"required_{kind}"] += b["required"]
             bw[f"actual_{kind}"] += b["actual"]
     return {
-        "epoch": epoch, "slowest_op": slowest["name"], "bw_problem": slowest["bw_problem"],
+        "epoch": epoch, "slowest_op": slowest["name"],
         "pipeline_cycles": pipeline,
         "inputs_per_second": rate, "util": util,
         "matmul_cores": sum(r["op"].cores for r in recs if r["op"].type == "matmul"),
