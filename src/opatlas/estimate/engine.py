@@ -25,7 +25,7 @@ import numpy as np
 from opatlas.columns import Columns, as_columns
 from opatlas.estimate import model as pm
 from opatlas.estimate.comm import AlphaBeta, Measured, take_fallback_note
-from opatlas.estimate.config import ModelConfig, TrainConfig
+from opatlas.estimate.config import ModelConfig, ParallelConfig, TrainConfig
 from opatlas.estimate.items import OpTerm, StepItem, breakdown_of, comm_item, op_items
 from opatlas.estimate.memory import Memory, activation_bytes_per_layer, model_state_bytes
 from opatlas.estimate.optimes import op_times
@@ -549,6 +549,16 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
                     items)
 
 
+def dp_groups(p: ParallelConfig, params_dev: float, experts_dev: float) -> dict[tuple[int, int], float]:
+    """The parameters each data-parallel group (ranks, stride) reduces: the dense ones over
+    all dp ranks, the experts' over the dp/ep ranks holding the same experts (one group when
+    ep = 1)."""
+    groups = {(p.dp, p.tp): params_dev - experts_dev}
+    key = (p.dp // p.ep, p.tp * p.ep)
+    groups[key] = groups.get(key, 0.0) + experts_dev
+    return groups
+
+
 def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: float, nmb: int,
               backward_window: float, compute_window: float) -> list[StepItem]:
     """The data-parallel traffic: gradients and parameters per data-parallel group (ranks,
@@ -561,9 +571,7 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
     what stays exposed; ``overlapped_s`` in its shape is what the overlap hid, so hidden
     traffic is still listed."""
     p = c.parallel
-    groups = {(p.dp, p.tp): params_dev - experts_dev}
-    key = (p.dp // p.ep, p.tp * p.ep)
-    groups[key] = groups.get(key, 0.0) + experts_dev
+    groups = dp_groups(p, params_dev, experts_dev)
     parts = [_dp_comm(comm, c, n, ranks, stride, nmb) for (ranks, stride), n in groups.items()]
     grad_comm, param_comm, buckets = (sum(x) for x in zip(*parts, strict=True))
     reductions = nmb if p.zero >= 2 else 1

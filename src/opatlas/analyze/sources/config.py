@@ -277,14 +277,12 @@ def _rows(est: Any) -> pd.DataFrame:
 
 def _dp_groups(est: Any) -> list[tuple[float, int]]:
     """(share of a data-parallel row's bytes, ranks) per group that moves them, as the
-    estimator charges them (``engine._dp_items``): the dense parameters' over the dp ranks,
-    the experts' over the dp/ep ranks holding the same experts (1/ep of them each)."""
-    from opatlas.estimate.engine import _busiest, _params_per_device
+    estimator charges them (``engine.dp_groups``)."""
+    from opatlas.estimate.engine import _busiest, _params_per_device, dp_groups
 
-    p = est.config.parallel
     params, _, experts = _busiest(_params_per_device(est.config))
-    share = experts / params if params > 0 else 0.0
-    return [(1.0 - share, p.dp), (share, p.dp // p.ep)]
+    groups = dp_groups(est.config.parallel, params, experts)
+    return [(n / params if params > 0 else 0.0, ranks) for (ranks, _), n in groups.items()]
 
 
 def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
