@@ -22,6 +22,8 @@ from opatlas.estimate.inputs import load_inputs, with_flags
 from opatlas.store import Store
 from opatlas.store.db import ResultRow
 
+TT = REPO / "tests" / "data" / "tenstorrent"
+
 ARGS = REPO / "examples" / "megatron" / "gpt3-175b.args"
 
 
@@ -210,3 +212,19 @@ def test_a_missing_path_ending_in_a_bundled_name_is_missing(capsys, tmp_path):
     """typo/llama2-7b.yml is a missing file, not the bundled llama2-7b."""
     one_error(*cli_in_process(capsys, "analyze", str(tmp_path / "typo" / "llama2-7b.yml"),
                               "--json")[::2], "no such file or folder")
+
+
+def test_detection_order_does_not_depend_on_which_source_was_imported_first(tmp_path):
+    """A program that imports the config source before the others (as any test module of it
+    does) must still have PyBuda claim its netlist YAML, not the config source."""
+    import subprocess
+    import sys
+
+    code = ("import opatlas.analyze.sources.config\n"
+            "from pathlib import Path\n"
+            "from opatlas.analyze import sources\n"
+            f"print(sources.detect(Path({str(TT / 'resnet50_hifi3_fp16b.netlist.yaml')!r})).name)\n"
+            "print(list(sources.kinds())[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=tmp_path).stdout.splitlines()
+    assert out == ["pybuda", "['pybuda', 'ttmetal', 'config']"]

@@ -213,7 +213,7 @@ def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
     given = {k: getattr(cfg.cluster, k) for k in cfg.cluster.model_fields_set
              if k != "nccl_data"}
     cluster = device_links(given, notes) if cfg.cluster.nccl_data else given
-    _forget_dropped_data(given, notes)
+    _forget_dropped_data(notes)
     ops = {**{k: getattr(cfg.ops, k) for k in cfg.ops.model_fields_set}, "mode": "analytical"}
     layout = {k: getattr(cfg, k).model_dump() for k in ("training", "parallel")}
     notes.extend(n for n in assumed_defaults({**layout, "cluster": cluster, "ops": ops})
@@ -227,23 +227,14 @@ def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
 DATA_FOLDER_KEYS = ("nccl_data_folder", "operator_data_folder")
 
 
-def _forget_dropped_data(cluster: dict[str, Any], notes: list[str]) -> None:
+def _forget_dropped_data(notes: list[str]) -> None:
     """``notes`` without what loading said of the measured data ``--analytical`` drops: an
     upstream data folder replaced by the bundled one is not said, and the links of the
-    device's own system are said as they are without NCCL data (``device_links`` made that
-    note, beside the data, for whichever links the input left out)."""
-    from itertools import combinations
+    device's own system are said as they are without NCCL data."""
+    from opatlas.estimate.presets import BESIDE_NCCL_DATA
 
-    from opatlas.estimate.presets import LINK_KEYS, device_links
-
-    notes[:] = [n for n in notes if not n.startswith(tuple(f"{k} " for k in DATA_FOLDER_KEYS))]
-    for filled in (c for r in range(1, len(LINK_KEYS) + 1) for c in combinations(LINK_KEYS, r)):
-        left = {k: v for k, v in cluster.items() if k not in filled}
-        beside: list[str] = []  # the note with NCCL data, and without
-        alone: list[str] = []
-        device_links({**left, "nccl_data": "measured"}, beside)
-        device_links(left, alone)
-        notes[:] = [alone[0] if beside and n == beside[0] else n for n in notes]
+    notes[:] = [n.replace(BESIDE_NCCL_DATA, "") for n in notes
+                if not n.startswith(tuple(f"{k} " for k in DATA_FOLDER_KEYS))]
 
 
 def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]:

@@ -87,6 +87,11 @@ def preset_for_device(device: Any) -> tuple[str, Preset] | None:
     return None
 
 
+# what a links note adds when the config has measured NCCL data (``--analytical`` drops it)
+BESIDE_NCCL_DATA = ("; beside the measured NCCL data, for the collectives it does not cover "
+                    "and for bounds")
+
+
 def device_links(cluster: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
     """``cluster`` naming a device but not its links: the links of that GPU's own system (the
     A100's DGX A100 ...), said in a note, instead of the defaults (an H100's). With measured
@@ -103,7 +108,6 @@ def device_links(cluster: dict[str, Any], notes: list[str] | None = None) -> dic
     if notes is not None:
         notes.append(f"cluster links of the {cluster['device']}'s own system ({name} preset): "
                      + ", ".join(f"cluster.{k} = {v}" for k, v in links.items())
-                     + ("; beside the measured NCCL data, for the collectives it does not "
-                        "cover and for bounds" if cluster.get("nccl_data") else "")
+                     + (BESIDE_NCCL_DATA if cluster.get("nccl_data") else "")
                      + "; --set cluster.KEY=VALUE to change")
     return {**cluster, **links}

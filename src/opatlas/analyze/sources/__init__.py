@@ -58,9 +58,14 @@ def register(kind: SourceKind) -> SourceKind:
 
 
 def kinds() -> dict[str, SourceKind]:
+    """Every kind, in the order detection tries them: ``_MODULES``' order whatever order the
+    modules were imported in (a program that imported the config source first would have
+    had it claim PyBuda netlists), then kinds registered from elsewhere."""
     for mod in _MODULES:
         importlib.import_module(mod)
-    return dict(_KINDS)
+    rank = {mod: i for i, mod in enumerate(_MODULES)}
+    return dict(sorted(_KINDS.items(),
+                       key=lambda kv: rank.get(kv[1].read.__module__, len(rank))))
 
 
 # the kinds whose input may be a folder; every other kind reads one file
