@@ -95,6 +95,12 @@ class NetOp:
                                            or bool(self.attributes.get("identity")))
 
     @property
+    def is_dense_matmul(self) -> bool:
+        """A matmul with an inner dimension and no sparse operand: the ops with a math floor
+        (PyBuda's theoretical cycles) and GEMM dimensions."""
+        return self.type == "matmul" and self.u_kt is not None and not self.is_sparse
+
+    @property
     def tiles_per_core(self) -> int:
         """Output tiles one core produces per input."""
         return self.t * self.mblock[0] * self.mblock[1] * self.ublock[0] * self.ublock[1]

@@ -208,8 +208,7 @@ def limiter(op: NetOp, kernel: int, netlist: Netlist, graph_ops: dict[str, NetOp
 
 def estimate(op: NetOp, netlist: Netlist, graph_ops: dict[str, NetOp]) -> OpEstimate:
     cyc, model = kernel_cycles(op, netlist.arch)
-    theo = (theoretical_matmul(op, netlist.arch)
-            if op.type == "matmul" and op.u_kt is not None and not op.is_sparse else None)
+    theo = theoretical_matmul(op, netlist.arch) if op.is_dense_matmul else None
     if cyc is None:
         return OpEstimate(None, theo, None, "unknown", model)
     lim, why = limiter(op, cyc, netlist, graph_ops)

@@ -92,7 +92,7 @@ def _err(est: float | None, actual: float) -> float | None:
 
 def gemm_dims(op: Any) -> list[int] | None:
     """[t, M, K, N] of a dense matmul (tiles of 32x32), else None."""
-    if op.type != "matmul" or op.u_kt is None or op.is_sparse:
+    if not op.is_dense_matmul:
         return None
     return [op.t, op.grid[0] * op.mblock[0] * op.ublock[0] * 32, op.m_k * op.u_kt * 32,
             op.grid[1] * op.mblock[1] * op.ublock[1] * 32]
@@ -111,7 +111,7 @@ def theoretical_cycles(op: Any, arch: str) -> int | None:
     measured run's too: the kernel's own measured time is no bound on itself."""
     from opatlas.tenstorrent.opmodel import theoretical_matmul
 
-    return None if gemm_dims(op) is None else theoretical_matmul(op, arch)
+    return theoretical_matmul(op, arch) if op.is_dense_matmul else None
 
 
 def bound_s(floor_s: float | None, traffic: Any) -> float | None:
@@ -413,7 +413,7 @@ def peak_fidelity(nl: Any) -> str:
     """The math fidelity of the analysis's compute peak: the fastest that a dense matmul of
     the netlist runs at (the roofline's roof: no op above it); LoFi, the FPU's fastest, where
     a dense matmul states none or there is none."""
-    stated = {op.math_fidelity for op in nl.all_ops() if gemm_dims(op) is not None}
+    stated = {op.math_fidelity for op in nl.all_ops() if op.is_dense_matmul}
     if not stated or None in stated:
         return "LoFi"
     return min(stated, key=FIDELITY_PHASES.__getitem__)
@@ -433,7 +433,7 @@ def _peak_compute(nl: Any) -> dict[str, Any]:
 
 
 def _unstated_fidelity_note(nl: Any, measured: bool = False) -> list[str]:
-    n = sum(1 for op in nl.all_ops() if gemm_dims(op) is not None and op.math_fidelity is None)
+    n = sum(1 for op in nl.all_ops() if op.is_dense_matmul and op.math_fidelity is None)
     if not n:
         return []
     model = "" if measured else ", and their op model HiFi4"
