@@ -25,7 +25,7 @@ from opatlas.store import Store
 from opatlas.store.db import FINAL_STATUSES, STATUSES
 from opatlas.store.keys import KEY_DTYPE, contains, vector_keys
 from opatlas.sweep import Vector, VectorStream, vector_id
-from opatlas.sweep.expand import _EXPANDERS, DEFAULT_BATCH  # read only: which spec has its own
+from opatlas.sweep.expand import DEFAULT_BATCH, own_expander
 
 RESUMABLE = FINAL_STATUSES  # what --retry-failed keeps; every other status runs again
 QUIET_RECORDING_S = 2.0  # a sweep's recording shorter than this says nothing
@@ -168,8 +168,7 @@ def grid_points(stream: VectorStream) -> int | None:
     without expanding: the generic expansion of a whole selection, not thinned per suite.
     None elsewhere (a registered expander, a ``--where``, ``max_per_suite``)."""
     spec = stream.spec
-    if stream.where or spec.max_per_suite is not None or (
-            spec.source == "builtin" and spec.name in _EXPANDERS):
+    if stream.where or spec.max_per_suite is not None or own_expander(spec) is not None:
         return None
     size = math.prod(len(values) for _, values in spec.axes())
     return max(0, size - stream.part + stream.parts) // stream.parts

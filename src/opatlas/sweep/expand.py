@@ -198,6 +198,11 @@ def register_expander(spec_name: str, fn: Expander) -> None:
     _EXPANDERS[spec_name] = fn
 
 
+def own_expander(spec: SweepSpec) -> Expander | None:
+    """The expander ``spec`` registered (a built-in too large for the generic loop), else None."""
+    return _EXPANDERS.get(spec.name) if spec.source == "builtin" else None
+
+
 class VectorStream:
     """The expansion of ``spec`` (one part, one selection) in batches of about ``batch_size``
     vectors, built as they are read: a 1M-vector sweep never sits in memory at once.
@@ -222,7 +227,7 @@ class VectorStream:
     def uncounted(self) -> str | None:
         """Why ``invalid`` lacks the invalid points of this part and selection (None where it
         holds them all): a registered expander counts them for whole suites only."""
-        if self.spec.source != "builtin" or self.spec.name not in _EXPANDERS:
+        if own_expander(self.spec) is None:
             return None
         if self.parts > 1:
             return (f"the built-in {self.spec.name} counts its invalid points for the whole "
@@ -237,7 +242,7 @@ class VectorStream:
     def __iter__(self) -> Iterator[ExpansionBatch]:
         self.invalid = Counter()
         self.valid = 0
-        expander = _EXPANDERS.get(self.spec.name) if self.spec.source == "builtin" else None
+        expander = own_expander(self.spec)
         pending = ExpansionBatch()
         for batch in (expander or _expand_generic)(self):
             self.valid += batch.valid
