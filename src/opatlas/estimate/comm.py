@@ -158,14 +158,15 @@ def _halved(curve: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray],
 
 
 def _loglog(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Log-log interpolation of the samples; beyond the largest, its bandwidth. Below the
+    smallest it holds the smallest's time, which :meth:`Measured.time_topology` replaces."""
     order = np.argsort(x)
     lx, ly = np.log(x[order]), np.log(y[order])
+    hi = np.exp(lx[-1])
 
     def f(q: np.ndarray) -> np.ndarray:
-        q = np.maximum(q, 1.0)
-        inside = np.exp(np.interp(np.log(q), lx, ly))
-        lo, hi = np.exp(lx[0]), np.exp(lx[-1])
-        return np.where(q > hi, np.exp(ly[-1]) * q / hi, np.where(q < lo, np.exp(ly[0]), inside))
+        inside = np.exp(np.interp(np.log(np.maximum(q, 1.0)), lx, ly))
+        return np.where(q > hi, np.exp(ly[-1]) * q / hi, inside)
     return f
 
 
