@@ -68,9 +68,9 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                      f"(dp·tp·pp: --set parallel.dp too to keep the count)")
     if search:
         return _for_search(raw, path, sets, gpus, notes, steps)
-    if gpus is not None:
-        raw = _spread_gpus(raw, gpus, path, notes, quiet=megatron_args is not None)
     try:
+        if gpus is not None:
+            raw = _spread_gpus(raw, gpus, path, notes, quiet=megatron_args is not None)
         cfg = validate_config(raw, path, notes)
     except SpecError as exc:
         raise _blame(exc, sets) from None
@@ -161,12 +161,15 @@ def _layout_gpus(raw: dict[str, Any]) -> int | None:
 
 def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],
                  quiet: bool = False) -> dict[str, Any]:
-    """dp = gpus / (tp·pp) when the config does not fix dp itself."""
+    """dp = gpus / (tp·pp) when the config does not fix dp itself. A tp or pp that is no
+    positive integer is left for validation to name (with the --set that gave it)."""
     parallel = raw.get("parallel") or {}
     if not isinstance(parallel, dict) or "dp" in parallel:
         return raw
     tp, pp = parallel.get("tp", 1), parallel.get("pp", 1)
-    if not (isinstance(tp, int) and isinstance(pp, int)) or tp < 1 or pp < 1 or gpus % (tp * pp):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (tp, pp)):
+        return raw
+    if gpus % (tp * pp):
         raise SpecError(f"--gpus {gpus} is not a multiple of tp·pp = {tp}·{pp}", file=str(path),
                         key="parallel")
     if not quiet:
