@@ -205,14 +205,14 @@ def _cpu_store(path: Path, device: str = "Some Lab CPU") -> Path:
 
 def test_a_cpu_store_says_why_it_has_no_orojenesis_bound(tmp_path, capsys):
     store = _cpu_store(tmp_path / "cpu.duckdb")
-    with pytest.warns(UserWarning, match="not in the catalog"):
-        a = api.analyze(store)
+    a = api.analyze(store)  # an empirical device: said in the notes (not also warned)
+    assert any("not in the catalog" in n for n in a.summary["notes"])
     assert a.rows["orojenesis_bytes"].isna().all()
     said = [n for n in a.summary["notes"] if "no Orojenesis bound" in n]
     assert len(said) == 1 and "on-chip" in said[0]
     assert dict((k, v) for k, v, _ in summary_items(a))["on-chip buffer"] == "unknown"
     for strict in ([], ["--strict"]):  # like the empirical roofline: said, not refused
-        with pytest.raises(SystemExit) as exc, pytest.warns(UserWarning):
+        with pytest.raises(SystemExit) as exc:
             main(["analyze", str(store), "--json", *strict])
         assert exc.value.code in (0, None)
         err = capsys.readouterr().err

@@ -6,6 +6,7 @@ memory roof when no row can show the bandwidth; a CPU-only trace against a GPU's
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import joblib
@@ -17,7 +18,9 @@ from conftest import cli_in_process, one_error
 from opatlas.analyze import api, why
 from opatlas.analyze.model import Analysis, Source
 from opatlas.analyze.synthetic import synthetic_trace
+from opatlas.errors import OpatlasError
 from opatlas.estimate import estimate_step, load_config
+from opatlas.fit.data import UnknownDeviceWarning
 from opatlas.store import Store
 from opatlas.store.db import ResultRow
 
@@ -215,7 +218,8 @@ def _cpu_store(path: Path, rows: list[tuple[str, float, float, float]]) -> Path:
 
 def test_a_gemm_only_empirical_store_has_no_memory_roof_and_says_so(tmp_path):
     store = _cpu_store(tmp_path / "g.duckdb", [("linear", *g) for g in GEMMS])
-    with pytest.warns(UserWarning, match="not in the catalog"):
+    with warnings.catch_warnings():  # the notes say it, once: fit's own warning is not shown
+        warnings.simplefilter("error", UnknownDeviceWarning)
         a = api.analyze(store)
     assert a.rows["limiter"].tolist() == ["compute"] * 3  # the third was "memory"
     assert a.rows["util_memory"].isna().all()
@@ -224,7 +228,12 @@ def test_a_gemm_only_empirical_store_has_no_memory_roof_and_says_so(tmp_path):
     assert a.summary["peak_bytes_s"] is None
     assert a.summary["peaks"].startswith("empirical") and "no memory roof" in a.summary["peaks"]
     notes = a.summary["notes"]
-    assert any("peaks are empirical" in n and "125.00 GFLOP/s" in n for n in notes)
+    # without a memory roof, the first note names no bandwidth as a peak (the second says
+    # why the 5 GB/s the rows reach is none)
+    assert [n for n in notes if "peaks are empirical" in n] == [
+        "My CPU is not in the catalog: its peaks are empirical, the best its own measurements "
+        "attain (125.00 GFLOP/s fp32), not a datasheet's: util is relative to them, and 100% "
+        "is the best measured, not the device's limit"]
     assert any("no memory roof" in n and "5.00 GB/s" in n for n in notes)
     a.save(tmp_path / "a.json")  # what --json, --save, --load and the HTML show
     kept = Analysis.load(tmp_path / "a.json")
@@ -236,12 +245,23 @@ def test_an_empirical_store_with_a_bandwidth_bound_row_keeps_its_memory_roof(tmp
     # an element-wise op at 0.25 FLOP/B moving 8 GB/s: evidence of the bandwidth
     store = _cpu_store(tmp_path / "m.duckdb", [("linear", *g) for g in GEMMS]
                        + [("res_add", 2e6, 8e6, 1e-3)])
-    with pytest.warns(UserWarning, match="not in the catalog"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownDeviceWarning)
         a = api.analyze(store)
     assert a.summary["peak_bytes_s"] == pytest.approx(8e9)
     assert not any("no memory roof" in n for n in a.summary["notes"])
-    assert any("peaks are empirical" in n for n in a.summary["notes"])
+    assert any("peaks are empirical" in n and "(125.00 GFLOP/s fp32, 8.00 GB/s)" in n
+               for n in a.summary["notes"])
     assert a.rows.set_index("op").loc["res_add", "limiter"] == "memory"
+
+
+def test_a_store_device_is_matched_in_any_case(tmp_path):
+    store = _cpu_store(tmp_path / "c.duckdb", [("linear", *g) for g in GEMMS])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert len(api.analyze(store, device="my cpu").rows) == 3
+        with pytest.raises(OpatlasError, match="no measurements for device 'my gpu'; it has My CPU"):
+            api.analyze(store, device="my gpu")
 
 
 def test_memory_evidence_rule():

@@ -77,11 +77,13 @@ def empirical_peaks(name: str, flops_s: float, bytes_s: float, dtype: str, word:
     so. When no row can evidence the bandwidth (:func:`memory_evidence`), ``bytes_s`` is only
     what compute-bound rows happened to move: the peaks then have no memory roof (infinite
     bandwidth) rather than that underestimate, which would make those rows "memory"-bound."""
+    roof = memory_evidence(flops, nbytes)
+    bandwidth = f", {bytes_s / 1e9:,.2f} GB/s" if roof else ""  # else no roof: said below
     notes = [f"{name} is not in the catalog: its peaks are empirical, the best its own {what} "
-             f"attain ({flops_s / 1e9:,.2f} GFLOP/s {dtype}, {bytes_s / 1e9:,.2f} GB/s), not a "
+             f"attain ({flops_s / 1e9:,.2f} GFLOP/s {dtype}{bandwidth}), not a "
              f"datasheet's: util is relative to them, and 100% is the best measured, not the "
              f"device's limit"]
-    if memory_evidence(flops, nbytes):
+    if roof:
         return Peaks(name, flops_s, bytes_s, 0.0, word), notes
     notes.append(f"{name}: no memory roof: none of its {what} can show its bandwidth (each "
                  f"does more than {MEMORY_EVIDENCE_INTENSITY:g} FLOPs per byte, so its bytes/s "

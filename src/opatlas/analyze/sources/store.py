@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -107,14 +108,14 @@ def read(path: Path, options: ReadOptions) -> Analysis:
 def _of_device(res: pd.DataFrame, device: str | None, path: Path) -> pd.DataFrame:
     """The rows of ``device`` (--device) under any of its names: the catalog's name or an
     alias (A100, A100-SXM4-80GB and NVIDIAA100-SXM4-80GB are one device), as fit and predict
-    match them (:func:`opatlas.devices.device_key`)."""
+    match them (:func:`opatlas.devices.device_key`), in any case, as the catalog's are."""
     from opatlas.devices import device_key
 
     if not device:
         return res
     names = res["device"].astype(str)
-    keys = names.map({n: device_key(n) for n in names.unique()})
-    mine = res[(keys == device_key(device)).to_numpy()]
+    keys = names.map({n: device_key(n).lower() for n in names.unique()})
+    mine = res[(keys == device_key(device).lower()).to_numpy()]
     if mine.empty:
         raise OpatlasError(f"{path}: the store has no measurements for device {device!r}; "
                            f"it has {', '.join(sorted(names.unique()))}")
@@ -175,14 +176,16 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     them); ``said``: what the device lacks; ``onchip``: device -> its on-chip bytes (0: not
     known); ``progress``: advanced by rows."""
     from opatlas.devices import find_device
-    from opatlas.fit.data import data_device
+    from opatlas.fit.data import UnknownDeviceWarning, data_device
     from opatlas.ops.base import dtype_bytes
 
     data = pd.DataFrame({"device": device_name, "dtype": dtype, "op": res["op"],
                          "pass": res["pass"], "y_us": res["median_ns"] / 1e3,
                          "flops": res["flops"], "min_bytes": res["min_bytes"]})
     catalog = _catalog_name(device_name, said)
-    dev = data_device(data, catalog, dtype)
+    with warnings.catch_warnings():  # a device outside the catalog: empirical_peaks says it
+        warnings.simplefilter("ignore", UnknownDeviceWarning)
+        dev = data_device(data, catalog, dtype)
     kind = DTYPE_NAMES.get(dtype.lower(), dtype)  # tt-metal's bfloat16 is the catalog's bf16
     try:
         word = dtype_bytes(kind)
