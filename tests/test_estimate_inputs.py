@@ -380,7 +380,7 @@ def test_presets_take_datasheet_figures_and_explicit_fields_win(tmp_path):
     nvl = load_inputs(str(y), sets=["cluster.preset=gb200-nvl72", "cluster.inter_bw_gbps=50"])
     assert nvl.config.cluster.gpus_per_node == 72
     assert get_device(nvl.config.cluster.device).peak("bf16") == 2.5e15
-    assert get_device("B200").memory_bytes == 180e9
+    assert get_device("B200").memory_bytes == 180 * 2**30  # nominal GB taken as GiB
     example = load_config(REPO / "examples" / "estimate" / "llama-3.1-8b-dgx-h100.yml")
     assert (example.cluster.device, example.model.seq_len, example.model.ffn, example.gpus) == \
         ("H100-SXM5-80GB", 8192, 14336, 64)

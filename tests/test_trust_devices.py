@@ -48,7 +48,7 @@ def test_gh200_variants_in_the_catalog():
     assert vista is get_device("NVIDIA GH200 480GB") and vista.bandwidth == 4.0e12
     assert vista.peak("bf16") == pytest.approx(989.4e12) and vista.memory_bytes == 96 * 2**30
     hbm3e = get_device("GH200-144GB")
-    assert hbm3e.bandwidth == 4.9e12 and hbm3e.memory_bytes == 144e9
+    assert hbm3e.bandwidth == 4.9e12 and hbm3e.memory_bytes == 144 * 2**30
     assert "datasheet" in vista.source and "datasheet" in hbm3e.source
 
 

@@ -26,8 +26,17 @@ class Device:
         try:
             return self.peak_flops[dtype]
         except KeyError:
-            raise OpatlasError(f"device {self.name} has no peak FLOP/s for dtype {dtype!r} "
-                               f"(known: {sorted(self.peak_flops)})") from None
+            raise OpatlasError(_no_peak(self, dtype)) from None
+
+
+def _no_peak(device: Device, dtype: str) -> str:
+    """The one-line error for a dtype ``device`` has no peak for: the dtypes it has and the
+    catalog devices that have one for ``dtype``, the two ways out."""
+    others = [d.name for d in DEVICES.values() if dtype in d.peak_flops]
+    where = (f"or name a device with a {dtype} peak ({', '.join(others)})" if others
+             else f"no catalog device has a {dtype} peak")
+    return (f"device {device.name} has no peak FLOP/s for dtype {dtype!r}; it has "
+            f"{', '.join(sorted(device.peak_flops))}: use data in one of those, {where}")
 
 
 GiB, MiB = 2**30, 2**20
@@ -76,6 +85,12 @@ def tensix_peaks(arch: str, cores: int, clock_hz: float) -> dict[str, float]:
             for dtype, fid in CARD_FORMAT_FIDELITY.items()}
 
 
+# ---- Memory sizes: every entry is its datasheet's nominal "GB" taken as GiB (NVIDIA's and
+# AMD's HBM "GB" is binary). What nvidia-smi reports as memory.total is that less under 1 GiB,
+# and 6-7% above the decimal reading (141e9 B would be 131.3 GiB): A100 80GB 81920 MiB (80.0
+# GiB), H100 80GB 81559 MiB (79.6), GH200 96GB 97871 MiB (95.6), H200 141GB 143771 MiB
+# (140.4), GH200 144GB 146831 MiB (143.4), B200 180GB 183359 MiB (179.1), GB200 186GB 189471
+# MiB (185.0); nvidia-smi outputs published on GitHub for each card.
 DEVICES = {d.name: d for d in (
     Device("A100-SXM4-80GB", {"fp16": 312 * T, "bf16": 312 * T, "tf32": 156 * T, "fp32": 19.5 * T,
                               "fp64": 19.5 * T}, 2.039e12, 40 * MiB, 80 * GiB, 108,
@@ -87,8 +102,10 @@ DEVICES = {d.name: d for d in (
            "NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense; HBM3 3.35 TB/s)",
            ("NVIDIAH10080GBHBM3", "H100", "NVIDIAH100")),
     Device("H200-SXM-141GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
-                              "fp32": 66.9 * T, "fp8": 1978.9 * T}, 4.8e12, 50 * MiB, 141e9,
-           132, "NVIDIA H200 datasheet (H100 compute; HBM3e 4.8 TB/s, 141 GB)",
+                              "fp32": 66.9 * T, "fp8": 1978.9 * T, "fp64": 66.9 * T}, 4.8e12,
+           50 * MiB, 141 * GiB, 132,
+           "NVIDIA H200 datasheet (H100 compute, dense; FP64 Tensor Core 67 TF; HBM3e 4.8 "
+           "TB/s, 141 GB)",
            ("NVIDIAH200", "H200")),
     # GH200 reports its name with the Grace memory: 480 GB (LPDDR5X) on most systems, 120 GB
     # on TACC Vista (96 GB HBM3 + 120 GB LPDDR5X per superchip, Vista user guide)
@@ -100,26 +117,31 @@ DEVICES = {d.name: d for d in (
            ("NVIDIAGH200480GB", "NVIDIAGH200120GB", "GH200", "GH200-HBM3")),
     Device("GH200-144GB", {"fp16": 989.4 * T, "bf16": 989.4 * T, "tf32": 494.7 * T,
                            "fp32": 66.9 * T, "fp8": 1978.9 * T, "fp64": 66.9 * T}, 4.9e12,
-           50 * MiB, 144e9, 132,
+           50 * MiB, 144 * GiB, 132,
            "NVIDIA GH200 Grace Hopper Superchip datasheet, HBM3e version (H100 compute, dense; "
            "144 GB HBM3e at 4.9 TB/s)",
            ("NVIDIAGH200144GHBM3e", "NVIDIAGH200144GBHBM3e", "GH200-HBM3e")),
     Device("B200-SXM-180GB", {"fp16": 2250 * T, "bf16": 2250 * T, "tf32": 1100 * T,
-                              "fp8": 4500 * T}, 8.0e12, 126 * MiB, 180e9, 148,
+                              "fp8": 4500 * T, "fp32": 75 * T, "fp64": 37 * T}, 8.0e12,
+           126 * MiB, 180 * GiB, 148,
            "NVIDIA HGX B200 / DGX B200 datasheets, per GPU (dense = half the 'with sparsity' "
-           "Tensor Core figures: FP16/BF16 36 PF, TF32 18 PF, FP8 72 PF per 8 GPUs); HBM3e "
+           "Tensor Core figures: FP16/BF16 36 PF, TF32 18 PF, FP8 72 PF per 8 GPUs; FP32 75 TF "
+           "and FP64/FP64 Tensor Core 37 TF per GPU); HBM3e "
            "1,440 GB and 64 TB/s per 8 GPUs; 148 SMs (Chips and Cheese, 'Nvidia's B200: Keeping "
            "the CUDA Juggernaut Rolling', 2025); 126 MB L2 (reported in the Blackwell memory-"
            "hierarchy literature; not on NVIDIA's datasheets)", ("NVIDIAB200", "B200")),
     Device("GB200-186GB", {"fp16": 2500 * T, "bf16": 2500 * T, "tf32": 1250 * T,
-                           "fp8": 5000 * T}, 8.0e12, 126 * MiB, 186e9, 148,
+                           "fp8": 5000 * T, "fp32": 80 * T, "fp64": 40 * T}, 8.0e12,
+           126 * MiB, 186 * GiB, 148,
            "NVIDIA GB200 NVL72 datasheet, per GPU (dense = half the 'with sparsity' Tensor "
-           "Core figures: FP16/BF16 360 PF, TF32 180 PF, FP8 720 PF per 72 GPUs); HBM3e "
+           "Core figures: FP16/BF16 360 PF, TF32 180 PF, FP8 720 PF per 72 GPUs; FP32 80 TF "
+           "and FP64/FP64 Tensor Core 40 TF per GPU); HBM3e "
            "186 GB at 8 TB/s per GPU; SMs and L2 as B200's", ("NVIDIAGB200", "GB200")),
     Device("MI300X", {"fp16": 1307.4 * T, "bf16": 1307.4 * T, "tf32": 653.7 * T,
-                      "fp32": 163.4 * T, "fp8": 2614.9 * T}, 5.3e12, 256 * MiB, 192 * GiB, 304,
-           "AMD Instinct MI300X data sheet (dense matrix peaks; HBM3 5.3 TB/s; 256 MB Infinity "
-           "Cache)", ("AMDInstinctMI300X",)),
+                      "fp32": 163.4 * T, "fp8": 2614.9 * T, "fp64": 163.4 * T}, 5.3e12,
+           256 * MiB, 192 * GiB, 304,
+           "AMD Instinct MI300X data sheet (dense matrix peaks, FP64 matrix 163.4 TF; HBM3 "
+           "5.3 TB/s; 256 MB Infinity Cache)", ("AMDInstinctMI300X",)),
     Device("Wormhole-n150", tensix_peaks("wormhole", N150_CORES, N150_CLOCK_HZ), 288e9,
            108 * MiB, 12 * GiB, N150_CORES,
            "Tenstorrent Wormhole n150 spec sheet (72 Tensix cores x 1.5 MB SRAM, AI clock 1 GHz, "
