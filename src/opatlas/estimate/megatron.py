@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from opatlas.errors import SpecError
 from opatlas.estimate import megatron_flags as mf
+from opatlas.estimate.config import ModelConfig
 
 SOURCE = "--megatron-args"
 GPT2_BPE_VOCAB = 50257  # the GPT-2 BPE tokenizer's vocabulary, before Megatron's padding
@@ -231,6 +232,10 @@ def _shape(a: _Args, notes: list[str]) -> dict[str, Any]:
         if groups is not None:
             notes.append("--num-query-groups without --group-query-attention: Megatron-LM "
                          "ignores it (multi-head attention)")
+    if kv is not None and heads % kv:
+        raise SpecError(f"--num-attention-heads {heads} is not a multiple of it (each query "
+                        f"group serves the same number of attention heads)", file=a.label,
+                        key="--num-query-groups", value=kv)
     return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv,
             "seq_len": seq_len, **({"head_dim": head_dim} if head_dim is not None else {})}
 
@@ -317,6 +322,9 @@ def _experts(a: _Args, notes: list[str]) -> dict[str, Any]:
     if top_k is None:
         top_k = 2
         notes.append("--moe-router-topk 2 (Megatron-LM's default)")
+    if top_k > experts:
+        raise SpecError(f"exceeds --num-experts {experts} (a token goes to top-k distinct "
+                        f"experts)", file=a.label, key="--moe-router-topk", value=top_k)
     return {"experts": experts, "top_k": top_k}
 
 
@@ -381,6 +389,10 @@ def _check_refused(a: _Args) -> None:
             a.used.add(name)
             if len(values) != 1 or values[0] not in mf.NEUTRAL[name]:
                 raise a.refuse(name, mf.NEUTRAL_WHY[name])
+        if name in mf.REFUSED_UNLESS:
+            taken, why = mf.REFUSED_UNLESS[name]
+            if len(values) != 1 or values[0] not in taken:
+                raise a.refuse(name, why)
 
 
 def _sort_rest(a: _Args, run: MegatronRun, strict: bool) -> None:
@@ -403,26 +415,50 @@ def _sort_rest(a: _Args, run: MegatronRun, strict: bool) -> None:
 
 def _world(a: _Args, launcher: dict[str, list[str]], gpus: int | None,
            gpus_per_node: int | None, notes: list[str]) -> tuple[int | None, int | None]:
-    """GPUs and GPUs per node: the caller's, else a torchrun/launcher prefix's."""
-    def number(*names: str) -> int | None:
-        for n in names:
-            if launcher.get(n) and launcher[n][0].isdigit():
-                return int(launcher[n][0])
-        return None
-
+    """GPUs and GPUs per node: the caller's, else a torchrun/launcher prefix's. The launcher's
+    GPUs per node is said: it is the run's, and a cluster preset does not replace it."""
     nnodes = (launcher.get("nnodes") or [""])[0]
     if nnodes and not nnodes.isdigit():  # elastic MIN:MAX
         raise SpecError("an elastic node range: the world size is not fixed; give a node count "
                         "or --gpus N", file=a.label, key="--nnodes", value=nnodes)
-    per_node = number("nproc-per-node", "nproc_per_node")
-    nodes = number("nnodes")
+    per_node = _launcher_count(launcher, a.label, "nproc-per-node", "nproc_per_node")
+    nodes = _launcher_count(launcher, a.label, "nnodes")
     launched = per_node * (nodes or 1) if per_node is not None else None
     if gpus is None:
         gpus = launched
     elif launched is not None and launched != gpus:
         notes.append(f"--gpus {gpus} replaces the launcher's {nodes or 1} node(s) × "
                        f"{per_node} = {launched} GPUs")
+    if per_node is not None and gpus_per_node not in (None, per_node):
+        notes.append(f"--gpus-per-node {gpus_per_node} replaces the launcher's "
+                     f"--nproc-per-node {per_node}")
+    elif per_node is not None:
+        notes.append(f"GPUs per node: the launcher's --nproc-per-node {per_node}, kept over "
+                     f"a cluster preset's (--gpus-per-node N or --set cluster.gpus_per_node=N "
+                     f"to change)")
     return gpus, gpus_per_node or per_node
+
+
+def _launcher_count(launcher: dict[str, list[str]], label: str, *names: str) -> int | None:
+    """A launcher flag's count (``--nproc-per-node 8``); None when absent or not a number
+    (torchrun's ``gpu``, ``auto``)."""
+    for name in names:
+        value = (launcher.get(name) or [""])[0]
+        if value.isdigit():
+            if int(value) < 1:
+                raise SpecError("expected an integer >= 1", file=label, key=f"--{name}",
+                                value=value)
+            return int(value)
+    return None
+
+
+def launcher_gpus_per_node(text: str) -> int | None:
+    """The GPUs per node a ``torchrun ... pretrain_gpt.py ...`` line's launcher part gives
+    (``--nproc-per-node``), or None: a caller passes it on as ``--gpus-per-node`` so that it
+    wins over a ``--set cluster.preset``, as an explicit field does."""
+    tokens, label = read_args(text)
+    _, launcher = parse_flags(tokens, label)
+    return _launcher_count(launcher, label, "nproc-per-node", "nproc_per_node")
 
 
 def megatron_config(text: str, gpus: int | None = None, gpus_per_node: int | None = None,
@@ -442,7 +478,9 @@ def megatron_config(text: str, gpus: int | None = None, gpus_per_node: int | Non
     model = _model(a, tp, notes)
     if label != SOURCE:
         model["name"] = Path(label).stem
-    parallel = _parallel(a, model, tp, gpus, notes)
+    checked = _checked_model(model, label)
+    _check_tp(a, checked, tp)
+    parallel = _parallel(a, checked, tp, gpus, notes)
     training = _training(a, parallel["dp"], notes)
     config: dict[str, Any] = {"model": model, "training": training, "parallel": parallel}
     if gpus_per_node is not None:
@@ -478,10 +516,10 @@ def _training(a: _Args, dp: int, notes: list[str]) -> dict[str, Any]:
             "grad_accumulation_fusion": not a.switch("no-gradient-accumulation-fusion")}
 
 
-def _parallel(a: _Args, model: dict[str, Any], tp: int, gpus: int | None,
+def _parallel(a: _Args, model: ModelConfig, tp: int, gpus: int | None,
               notes: list[str]) -> dict[str, Any]:
     pp = a.int("pipeline-model-parallel-size") or 1
-    layers = model["layers"]
+    layers = model.layers
     if layers % pp:
         raise SpecError(f"{layers} layers do not split evenly over {pp} pipeline stages "
                         f"(Megatron-LM requires it)", file=a.label,
@@ -505,7 +543,7 @@ def _parallel(a: _Args, model: dict[str, Any], tp: int, gpus: int | None,
     if not overlap:
         notes.append("no --overlap-grad-reduce: gradients reduced in one bucket after the "
                      "backward")
-    bucket = TORCH_DDP_BUCKET_MB if torch_ddp else _bucket_mb(a, model, dp, overlap, a.label)
+    bucket = TORCH_DDP_BUCKET_MB if torch_ddp else _bucket_mb(a, model, dp, overlap)
     return {"dp": dp, "tp": tp, "pp": pp, "ep": a.int("expert-model-parallel-size") or 1,
             "virtual_stages": virtual, "schedule": "interleaved" if virtual > 1 else "1f1b",
             "sequence_parallel": a.switch("sequence-parallel") and tp > 1,
@@ -546,23 +584,54 @@ def _virtual_stages(a: _Args, layers_per_stage: int, pp: int) -> int:
     return virtual
 
 
-def _bucket_mb(a: _Args, model: dict[str, Any], dp: int, overlap: bool, label: str) -> float:
+def _bucket_mb(a: _Args, model: ModelConfig, dp: int, overlap: bool) -> float:
     """Megatron-Core's DDP buckets: --ddp-bucket-size parameters, else max(40 M, 1 M·dp) when
     overlapping; one bucket holding every gradient when not (16-bit gradients, in MiB)."""
     size = a.int("ddp-bucket-size")
     if overlap:
         return 2.0 * (size or max(40_000_000, 1_000_000 * dp)) / 2**20
     from opatlas.estimate import model as pm
-    from opatlas.estimate.config import ModelConfig
 
+    return float(math.ceil(2.0 * pm.total_params(model) / 2**20))
+
+
+# the flag each model key comes from, for the errors the config's own validation finds
+MODEL_FLAGS = {"layers": "--num-layers", "hidden": "--hidden-size",
+               "heads": "--num-attention-heads", "kv_heads": "--num-query-groups",
+               "head_dim": "--kv-channels", "ffn": "--ffn-hidden-size",
+               "vocab": "--vocab-size", "seq_len": "--seq-length", "experts": "--num-experts",
+               "top_k": "--moe-router-topk"}
+
+
+def _checked_model(model: dict[str, Any], label: str) -> ModelConfig:
+    """``model`` validated, an error naming the Megatron flag of the bad value (the rules
+    across flags are checked before, in Megatron-LM's terms)."""
     try:
-        params = pm.total_params(ModelConfig.model_validate(model))
+        return ModelConfig.model_validate(model)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or None
+        key = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise SpecError(msg, file=label, key=f"model.{key}" if key else None) from None
-    return float(math.ceil(2.0 * params / 2**20))
+        flag = MODEL_FLAGS.get(key, f"model.{key}" if key else None)
+        raise SpecError(msg, file=label, key=flag,
+                        value=model.get(key) if key in MODEL_FLAGS else None) from None
+
+
+def _check_tp(a: _Args, model: ModelConfig, tp: int) -> None:
+    """Megatron-LM splits the attention heads, the query groups and the FFN's width over the
+    tensor-parallel ranks, and asserts that each divides."""
+    key = "model-parallel-size" if a.has("model-parallel-size") and \
+        not a.has("tensor-model-parallel-size") else "tensor-model-parallel-size"  # 2021 name
+    given = ["moe-ffn-hidden-size", "ffn-hidden-size"] if model.experts else ["ffn-hidden-size"]
+    ffn = next((f"--{n}" for n in given if a.has(n)), "the default FFN width")
+    parts = [("--num-attention-heads", model.heads, "attention heads"),
+             ("--num-query-groups", model.kv, "query groups"),
+             (ffn, model.ffn_width, "FFN's width")]
+    for flag, count, what in parts:
+        if count % tp:
+            raise SpecError(f"{flag} {count} is not a multiple of it (Megatron-LM splits the "
+                            f"{what} over the tensor-parallel ranks)", file=a.label,
+                            key=f"--{key}", value=tp)
 
 
 def _steps(a: _Args, global_batch: int) -> int | None:

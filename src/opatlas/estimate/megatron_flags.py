@@ -4,11 +4,16 @@ Megatron-Core names and the 2021-era ones appear (the Selene runs used the latte
 
 - ``NO_EFFECT``: data, logging, checkpointing, learning-rate schedule, initialisation,
   regularisation, tokenizer files, fault tolerance — they do not change the step.
-- ``NOT_MODELLED``: refinements the estimator does not distinguish (communication overlaps,
-  kernel fusions, precision of the gradient reduction, CUDA graphs); the estimate is what the
-  run costs without them, and the flag is reported.
-- ``REFUSED``: flags that change what is computed or stored in a way the estimator cannot
-  represent; the mapping stops with an error rather than estimate another model.
+- ``NOT_MODELLED``: how the same model is run, which the estimator does not distinguish
+  (communication overlaps, kernel fusions and implementations, precision of the gradient
+  reduction, CUDA graphs, memory housekeeping) or small elementwise variants of an op it
+  times (``rotary-percent``, ``qk-l2-norm``); the estimate is what the run costs without
+  them, the flags are said in a note, and ``--strict`` refuses them.
+- ``REFUSED``: flags that change what is computed or stored (the layers, their widths, the
+  number format, the pipeline split, the optimizer's state) in a way the estimator cannot
+  represent; the mapping stops with an error rather than estimate another model. So do
+  ``NEUTRAL`` flags with another than their neutral value, ``REFUSED_UNLESS`` flags with
+  another than the values listed, and a flag in none of these lists.
 Prefixes cover whole families of flags (``inference-*``, ``wandb-*`` ...).
 """
 
@@ -160,4 +165,11 @@ NEUTRAL_WHY = {
     "cpu-offloading-num-layers": "offloading activations to the CPU is not modelled",
     "mtp-num-layers": "multi-token prediction layers are not modelled",
     "optimizer": "only Adam is modelled",
+}
+
+# Flags refused unless their value is one listed (then they are NOT_MODELLED, and said):
+# flag -> (values taken, why another is refused).
+REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
+    "spec": (("local",), "a custom layer spec builds a model opatlas cannot see (only --spec "
+                         "local, the same layers without Transformer Engine, is taken)"),
 }

@@ -64,11 +64,19 @@ def apply_preset(cluster: dict[str, Any], file: str | None = None,
         raise SpecError(f"unknown cluster preset; known: {', '.join(PRESETS)}", file=file,
                         key="cluster.preset", value=name)
     if notes is not None:
-        kept = {k: v for k, v in preset.fields().items() if k not in explicit}
-        notes.append(f"cluster preset {name}: " + ", ".join(f"{k} = {v}" for k, v in kept.items())
-                     + (f" (given explicitly: {', '.join(explicit)})" if explicit else "")
-                     + f" — {preset.source}")
+        notes.append(_preset_note(str(name), preset, explicit))
     return {**preset.fields(), **explicit}
+
+
+def _preset_note(name: str, preset: Preset, explicit: dict[str, Any]) -> str:
+    """What the preset filled, and the values given next to it that it did not replace
+    (a Megatron launcher's GPUs per node among them)."""
+    def listed(fields: dict[str, Any]) -> str:
+        return ", ".join(f"{k} = {v}" for k, v in fields.items())
+
+    kept = {k: v for k, v in preset.fields().items() if k not in explicit}
+    given = f" (given explicitly: {listed(explicit)})" if explicit else ""
+    return f"cluster preset {name}: {listed(kept)}{given} — {preset.source}"
 
 
 LINK_KEYS = ("intra_bw_gbps", "inter_bw_gbps")
