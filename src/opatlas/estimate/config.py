@@ -16,9 +16,34 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from opatlas.errors import SpecError
 from opatlas.yaml_io import load_yaml
+
+
+def at_key(key: str, value: object, message: str) -> ValidationError:
+    """A rule across keys broken, reported at the dotted ``key`` of the value at fault (as
+    ``--set`` names it), so that the error names that key and value and is blamed on the
+    ``--set`` that gave it; pydantic keeps the location of a ValidationError raised in a
+    validator (a ValueError's would be the whole model's)."""
+    error = PydanticCustomError("value_error", message)  # no context: the text is as given
+    return ValidationError.from_exception_data("config", [InitErrorDetails(
+        type=error, loc=tuple(key.split(".")), input=value)])
+
+
+def tp_split_rule(m: ModelConfig, tp: int) -> str | None:
+    """Why ``tp`` cannot split ``m``'s attention, or None. Each tensor-parallel rank takes
+    whole key/value heads with their query groups: Megatron-Core requires the query groups
+    (num_query_groups, the kv heads) to be a multiple of tp, and with them the heads. The kv
+    heads are not replicated over ranks (as inference engines do when tp exceeds them)."""
+    if m.kv % tp == 0:
+        return None
+    if m.kv == m.heads:
+        return (f"tp {tp} must divide heads {m.heads} (each tensor-parallel rank takes whole "
+                f"attention heads)")
+    return (f"tp {tp} must divide kv_heads {m.kv}, the query groups (each tensor-parallel rank "
+            f"takes whole groups, as Megatron-Core requires; kv heads are not replicated)")
 
 
 class _Strict(BaseModel):
@@ -99,7 +124,9 @@ class ModelConfig(_Strict):
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} "
                              f"(give model.head_dim when heads · head_dim differs from hidden)")
         if self.heads % self.kv:
-            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv}")
+            raise at_key("kv_heads", self.kv, f"kv_heads {self.kv} must divide heads "
+                         f"{self.heads} (each key/value head serves an equal group of query "
+                         f"heads)")
         if self.experts and not 0 < self.top_k <= self.experts:
             raise ValueError("a MoE model needs 0 < top_k <= experts")
         return self
@@ -207,8 +234,8 @@ class TrainConfig(_Strict):
         if t.micro_batch * m.seq_len > MAX_TOKENS:
             raise ValueError(f"micro_batch {t.micro_batch} × seq_len {m.seq_len} tokens exceeds "
                              f"{MAX_TOKENS:,} in one micro-batch")
-        if m.heads % p.tp or m.kv % p.tp:
-            raise ValueError(f"heads {m.heads} / kv_heads {m.kv} not divisible by tp {p.tp}")
+        if (why := tp_split_rule(m, p.tp)) is not None:
+            raise at_key("parallel.tp", p.tp, why)
         if m.ffn_width % p.tp:  # Megatron-LM splits the FFN's width over the tp ranks
             raise ValueError(f"ffn {m.ffn_width} not divisible by tp {p.tp}")
         if p.pp * p.virtual_stages > m.layers:

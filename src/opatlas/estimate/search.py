@@ -15,9 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from opatlas.errors import OpatlasError
-from opatlas.estimate.config import TrainConfig
+from opatlas.errors import OpatlasError, SpecError
+from opatlas.estimate.config import MAX_TOKENS, TrainConfig, tp_split_rule
 from opatlas.estimate.engine import Estimate, estimate_many
+from opatlas.estimate.overrides import SOURCE as SET_SOURCE
 
 # what the search chooses; a user may pin any of them (``--set parallel.tp=8``)
 SEARCHED = ("parallel.dp", "parallel.tp", "parallel.pp", "parallel.ep", "parallel.zero",
@@ -58,7 +59,7 @@ def _tp_pp(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> list[tuple[
     out = []
     for tp, pp in itertools.product(_domain(fixed, "parallel.tp", POWERS),
                                     _domain(fixed, "parallel.pp", POWERS)):
-        if tp < 1 or pp < 1 or gpus % (tp * pp) or m.heads % tp or m.kv % tp or pp > m.layers:
+        if tp < 1 or pp < 1 or gpus % (tp * pp) or tp_split_rule(m, tp) or pp > m.layers:
             continue
         if "parallel.tp" not in fixed and tp > gpn:
             continue
@@ -118,7 +119,7 @@ def search(cfg: TrainConfig, gpus: int, top: int = 10, fixed: dict[str, object] 
     searched keys held at the given values."""
     cands = candidates(cfg, gpus, fixed)
     if not cands:
-        raise OpatlasError(_no_layout(cfg, gpus, fixed or {}))
+        raise _no_layout(cfg, gpus, fixed or {})
     ests = estimate_many(cands)
     fits = sorted((e for e in ests if e.fits), key=lambda e: e.step_time_s)
     if not fits:
@@ -131,34 +132,134 @@ def odd_part(n: int) -> int:
     return n // (n & -n)
 
 
-def _no_layout(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> str:
-    """Why no layout is valid, and what would give one."""
+def _no_layout(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> OpatlasError:
+    """Why no layout is valid, and what would give one: a held value no layout can have is
+    the --set's error, as it is without --search."""
+    for key, value in fixed.items():
+        if (why := _never_valid(cfg, gpus, key, value)) is not None:
+            return SpecError(f"no layout of {gpus} GPUs can hold it: {why}", file=SET_SOURCE,
+                             key=key, value=value)
     held = "".join(f", {k} = {v}" for k, v in fixed.items())
     batch = cfg.training.global_batch
-    return (f"no valid layout of {gpus} GPUs for this model ({cfg.model.heads} heads, "
-            f"{cfg.model.layers} layers, global batch {batch}{held}): "
-            + (_held_conflict(cfg, gpus, fixed) or _remedy(gpus, batch, fixed)))
+    return OpatlasError(
+        f"no valid layout of {gpus} GPUs for this model ({cfg.model.heads} heads, "
+        f"{cfg.model.layers} layers, global batch {batch}{held}): "
+        + (_held_conflict(cfg, gpus, fixed) or _remedy(gpus, batch, fixed)
+           or _held_alone(cfg, gpus, fixed) or RULES + ("; hold fewer keys with --set"
+                                                        if fixed else "")))
 
 
-def _held_conflict(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> str | None:
-    """A held dp, tp or pp that no layout of ``gpus`` GPUs of this model can have."""
-    held = {k.removeprefix("parallel."): v for k, v in fixed.items()
-            if k in ("parallel.dp", "parallel.tp", "parallel.pp") and isinstance(v, int)}
+RULES = ("tp must divide the heads and kv heads (and fit in a node unless held), pp·virtual "
+         "stages the layers, dp·micro-batch the global batch")
+
+
+def _never_valid(cfg: TrainConfig, gpus: int, key: str, value: object) -> str | None:
+    """Why the held ``value`` of ``key`` is invalid whatever the other keys are (a rule
+    between it and the model, the batch or the GPU count alone), or None."""
     m = cfg.model
-    if gpus % math.prod(held.values()):
-        return (" · ".join(f"{k} {v}" for k, v in held.items())
-                + f" does not divide {gpus} GPUs (dp·tp·pp = GPUs): change --set or --gpus")
-    tp, pp = held.get("tp", 1), held.get("pp", 1)
-    if m.heads % tp or m.kv % tp:
-        return f"tp {tp} does not divide the {m.heads} heads and {m.kv} kv heads"
-    if pp > m.layers:
-        return f"pp {pp} exceeds the {m.layers} layers"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None  # a schedule, a recompute mode, a flag: only pairs of them conflict
+    if key == "parallel.tp":
+        return tp_split_rule(m, value) or (
+            f"ffn {m.ffn_width} not divisible by tp {value}" if m.ffn_width % value else None)
+    if key == "parallel.pp" and value > m.layers:
+        return f"pp {value} exceeds the {m.layers} layers (each stage takes whole layers)"
+    if key == "parallel.virtual_stages" and value > 1:
+        return _chunks_rule(m.layers, value)
+    if key == "parallel.ep" and value > 1:
+        return _expert_rule(cfg, gpus, value)
+    if key == "training.micro_batch":
+        return _micro_batch_rule(cfg, value)
     return None
 
 
-def _remedy(gpus: int, batch: int, fixed: dict[str, object]) -> str:
-    """The batch, or the GPU count, that lets dp·micro-batch divide the batch; else the rules
-    the other keys break."""
+def _chunks_rule(layers: int, v: int) -> str | None:
+    """Why ``v`` > 1 virtual stages fit no layout: the interleaved schedule they need splits
+    the layers into pp·v equal chunks with pp >= 2."""
+    if layers % v:
+        return (f"virtual_stages {v} must divide layers {layers} (the interleaved schedule "
+                f"splits them into pp·virtual_stages equal chunks)")
+    if 2 * v > layers:
+        return (f"virtual_stages {v} needs pp >= 2 (the interleaved schedule), so "
+                f"pp·virtual_stages >= {2 * v} layers; the model has {layers}")
+    return None
+
+
+def _expert_rule(cfg: TrainConfig, gpus: int, ep: int) -> str | None:
+    """Why expert parallelism ``ep`` > 1 is invalid for every layout, or None."""
+    experts = cfg.model.experts
+    if not experts:
+        return f"ep {ep} needs a MoE model (experts > 0)"
+    if experts % ep:
+        return f"ep {ep} must divide experts {experts}"
+    if gpus % ep:  # the expert-parallel groups are formed inside data parallelism
+        return f"ep {ep} must divide dp, and dp divides the {gpus} GPUs"
+    return None
+
+
+def _micro_batch_rule(cfg: TrainConfig, mb: int) -> str | None:
+    """Why a held micro-batch is invalid for every layout, or None."""
+    seq, batch = cfg.model.seq_len, cfg.training.global_batch
+    if mb * seq > MAX_TOKENS:
+        return (f"micro_batch {mb} × seq_len {seq} tokens exceeds {MAX_TOKENS:,} in one "
+                f"micro-batch")
+    if batch % mb:  # dp is a power of two unless held: the nearest batch dp·mb divides
+        near = mb * 2 ** max(0, round(math.log2(batch / mb)))
+        return (f"micro_batch {mb} must divide global_batch {batch} (dp·micro_batch must); "
+                f"--set training.global_batch={near}, or a micro-batch that divides {batch}")
+    return None
+
+
+def _held_conflict(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> str | None:
+    """Held values that no layout of ``gpus`` GPUs can have together: dp·tp·pp against the
+    GPUs, a schedule against its chunks or pp."""
+    held = {k.removeprefix("parallel."): v for k, v in fixed.items()
+            if k in ("parallel.dp", "parallel.tp", "parallel.pp") and isinstance(v, int)}
+    if gpus % math.prod(held.values()):
+        return (" · ".join(f"{k} {v}" for k, v in held.items())
+                + f" does not divide {gpus} GPUs (dp·tp·pp = GPUs): change --set or --gpus")
+    return _schedule_conflict(fixed)
+
+
+def _held_alone(cfg: TrainConfig, gpus: int, fixed: dict[str, object]) -> str | None:
+    """A held value that no layout the search builds has even with the other keys free (dp 1
+    of 512 GPUs: tp within a node times pp within the layers is too few), where layouts
+    without it exist."""
+    alone = [k for k in fixed if not candidates(cfg, gpus, {k: fixed[k]})]
+    if not alone or not candidates(cfg, gpus):
+        return None
+    return (f"no layout the search builds holds --set {_shown(alone[0], fixed)} even on its "
+            f"own ({RULES}): change or drop that --set")
+
+
+def _schedule_conflict(fixed: dict[str, object]) -> str | None:
+    """Two held values of the pipeline schedule that no layout can have together."""
+    sched, v, pp = (fixed.get(f"parallel.{k}") for k in ("schedule", "virtual_stages", "pp"))
+    if sched is None or (v is None and pp is None):
+        return None
+    one_chunk = ("parallel.schedule", "parallel.virtual_stages")
+    if sched == "interleaved" and v == 1:
+        why, pair = "the interleaved schedule needs virtual_stages >= 2", one_chunk
+    elif sched != "interleaved" and isinstance(v, int) and v > 1:
+        why, pair = f"virtual_stages {v} needs schedule: interleaved ({sched} runs one chunk)", \
+            one_chunk
+    elif sched == "interleaved" and pp == 1:
+        why, pair = "Megatron-LM's interleaved schedule needs pp > 1", ("parallel.schedule",
+                                                                       "parallel.pp")
+    else:
+        return None
+    return f"{why}: --set {' and --set '.join(_shown(k, fixed) for k in pair)} cannot both hold"
+
+
+def _shown(key: str, fixed: dict[str, object]) -> str:
+    """``key=value`` as --set writes it."""
+    value = fixed[key]
+    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def _remedy(gpus: int, batch: int, fixed: dict[str, object]) -> str | None:
+    """The batch, or the GPU count, that lets dp·micro-batch divide the batch, where that is
+    what breaks."""
     held = {k: v for k, v in fixed.items() if isinstance(v, int) and v > 0}
     if "parallel.dp" in held:
         unit = held["parallel.dp"] * held.get("training.micro_batch", 1)
@@ -175,9 +276,7 @@ def _remedy(gpus: int, batch: int, fixed: dict[str, object]) -> str:
         near = unit * 2 ** max(0, round(math.log2(batch / unit)))
         return (f"the batch is not a multiple of {unit}, {whose}: --set "
                 f"training.global_batch={near}, or {other}")
-    return ("tp must divide the heads and kv heads (and fit in a node unless held), pp·virtual "
-            "stages the layers, dp·micro-batch the global batch" + (
-                "; hold fewer keys with --set" if fixed else ""))
+    return None
 
 
 def _none_fits(ests: list[Estimate], gpus: int) -> str:
