@@ -36,6 +36,22 @@ def _tensors(args: dict[str, Any]) -> tuple[list[list[int]], list[str]]:
     return dims, list(types) + [""] * (len(dims) - len(types))
 
 
+def _lists(args: dict[str, Any]) -> list[list[list[int]]]:
+    """The TensorList arguments (``Input type`` "TensorList"), each the dims of its tensors;
+    an empty list (an optional list not given) stays, so positions keep their meaning."""
+    dims = args.get("Input Dims") or []
+    types = list(args.get("Input type") or []) + [""] * len(dims)
+    return [[t for t in d if isinstance(t, list) and all(isinstance(x, int) for x in t)]
+            for d, kind in zip(dims, types, strict=False)
+            if kind == "TensorList" and isinstance(d, list)]
+
+
+def _concrete(args: dict[str, Any], i: int) -> str:
+    """The ``i``-th of the event's "Concrete Inputs" (scalars the profiler recorded), or ""."""
+    values = args.get("Concrete Inputs") or []
+    return str(values[i]).strip() if 0 <= i < len(values) else ""
+
+
 def _word(types: list[str]) -> int:
     for t in types:
         if t in DTYPE_BYTES and t not in ("long int", "int", "bool"):
@@ -59,8 +75,28 @@ def _matmul(op: str, a: list[int], bm: list[int], w: int) -> Mapped | None:
         a = [1, *a]
     if len(bm) == 2:  # batch folds into M
         return _gemm_row(op, 1, _prod(a[:-1]), a[-1], bm[-1], w)
-    batch = max(_prod(a[:-2]), _prod(bm[:-2]))
-    return _gemm_row(op, batch, a[-2], a[-1], bm[-1], w)
+    batch_a, batch_b = a[:-2], bm[:-2]
+    try:
+        batch = _prod(_broadcast(batch_a, batch_b))
+    except ValueError:
+        return None
+    row = _gemm_row(op, batch, a[-2], a[-1], bm[-1], w)
+    if batch_a == batch_b:
+        return row
+    # a broadcast operand is read once, not once per batch; its shape tells this row from a
+    # call of the same GEMM whose operands are whole ([128,64]@[4,64,32] vs [4,128,64]@...)
+    row.bytes = float(w * (_prod(a) + _prod(bm) + batch * a[-2] * bm[-1]))
+    row.shape |= {"A": list(a), "B": list(bm)}
+    return row
+
+
+def _broadcast(x: list[int], y: list[int]) -> list[int]:
+    """NumPy/PyTorch broadcasting of two batch shapes (aligned at the right)."""
+    n = max(len(x), len(y))
+    x, y = [1] * (n - len(x)) + list(x), [1] * (n - len(y)) + list(y)
+    if any(i != j and 1 not in (i, j) for i, j in zip(x, y, strict=True)):
+        raise ValueError(f"batch dims {x} and {y} do not broadcast")
+    return [max(i, j) if 0 not in (i, j) else 0 for i, j in zip(x, y, strict=True)]
 
 
 def _gemm(name: str, dims: list[list[int]], w: int) -> Mapped | None:
@@ -101,7 +137,34 @@ ROWWISE = {"layer_norm": ("layernorm", 8), "native_layer_norm": ("layernorm", 8)
            "nll_loss_nd": ("cross_entropy", 1)}
 
 
-def _attention(name: str, dims: list[list[int]], w: int, backward: bool) -> Mapped | None:
+# where each attention op takes its causal flag (its schema's is_causal, causal or, for the
+# memory-efficient kernels, custom_mask_type: 1 and 2 are causal masks); a call whose flag the
+# profiler recorded ("Concrete Inputs") as set does half the score matrix's work
+CAUSAL_ARG = {"scaled_dot_product_attention": 5, "_scaled_dot_product_flash_attention": 4,
+              "_scaled_dot_product_flash_attention_for_cpu": 4,
+              "_scaled_dot_product_efficient_attention": 6,
+              "_scaled_dot_product_cudnn_attention": 6, "_flash_attention_forward": 8,
+              "_efficient_attention_forward": 9,
+              "_scaled_dot_product_flash_attention_backward": 11,
+              "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+              "_scaled_dot_product_efficient_attention_backward": 11,
+              "_scaled_dot_product_cudnn_attention_backward": 14,
+              "_flash_attention_backward": 11, "_efficient_attention_backward": 14,
+              "flash_attn::_flash_attn_forward": 5, "flash_attn::_flash_attn_backward": 11}
+CAUSAL_VALUES = ("True", "1", "2")
+# the share of the scores a causal mask keeps: the op catalog's rule (flash_attention's FLOPs
+# are "halved when causal", as a config counts them)
+CAUSAL_SHARE = 0.5
+
+
+def is_causal(name: str, args: dict[str, Any]) -> bool:
+    """Whether the profiled attention call ran with a causal mask, by its recorded flag."""
+    i = CAUSAL_ARG.get(name.removeprefix("aten::"))
+    return i is not None and _concrete(args, i) in CAUSAL_VALUES
+
+
+def _attention(name: str, dims: list[list[int]], w: int, backward: bool,
+               causal: bool = False) -> Mapped | None:
     four = [d for d in dims if len(d) == 4]
     off = 1 if backward and len(four) >= 4 else 0  # backward inputs start with grad_out
     if len(four) < off + 3:
@@ -114,9 +177,10 @@ def _attention(name: str, dims: list[list[int]], w: int, backward: bool) -> Mapp
         b, h, lq, e = q
         s = k[2]
     ev = v[3]
-    fwd = 2.0 * b * h * lq * s * (e + ev)
+    fwd = 2.0 * b * h * lq * s * (e + ev) * (CAUSAL_SHARE if causal else 1.0)
     nbytes = float(w * (_prod(q) + _prod(k) + _prod(v) + b * h * lq * ev))
-    shape = {"batch": b, "heads": h, "q_len": lq, "kv_len": s, "head_dim": e}
+    shape = {"batch": b, "heads": h, "q_len": lq, "kv_len": s, "head_dim": e,
+             **({"causal": True} if causal else {})}
     if backward:  # the recomputed scores, then dV, dP, dQ, dK: 2.5 times the forward
         return Mapped("attention", "bwd", 2.5 * fwd, 2 * nbytes, shape, word=w)
     return Mapped("attention", "fwd", fwd, nbytes, shape, word=w)
@@ -141,14 +205,16 @@ def map_op(name: str, args: dict[str, Any]) -> Mapped | None:
     short = name.removeprefix("aten::")
     backward = short.endswith("_backward") or "backward" in short
     if any(short.startswith(a) for a in ATTENTION):
-        return _attention(name, dims, w, backward)
+        return _attention(name, dims, w, backward, is_causal(name, args))
     g = _gemm(name, dims, w)
     if g is not None:
         return g
     if "adam" in short or short.startswith("_foreach_") or short in ("sgd", "_fused_sgd_"):
-        elems = sum(_prod(d) for d in dims if d)
-        return Mapped("optimizer", "step", 12.0 * elems / max(1, len(dims)),
-                      float(w * elems), {"tensors": len(dims), "elements": elems}, word=w)
+        return _optimizer(short, _lists(args), dims, w)
+    if short == "embedding":
+        return _embedding(dims, types, w)
+    if short == "dropout" and not _drops(args):
+        return None  # eval mode or p=0: the input is returned as it is, no kernel runs
     if short == "add" and len(dims) >= 2 and len(dims[0]) >= 2 and dims[0] == dims[1]:
         elems = _prod(dims[0])  # a residual connection: two activations in, one out
         return Mapped("residual_add", "fwd", float(elems), float(3 * w * elems),
@@ -163,6 +229,71 @@ def map_op(name: str, args: dict[str, Any]) -> Mapped | None:
         return Mapped(op, "bwd" if backward else "fwd", float(per * elems * (2 if backward else 1)),
                       float(w * elems * tensors), shape, word=w)
     return None
+
+
+# per element, an Adam(W) step's FLOPs and the tensors it moves, as the op catalog's adam_step
+# counts them: 12 FLOPs (moments, bias corrections, update, weight decay); param, grad, m, v
+# read and param, m, v written (AMSGrad: max_exp_avg_sq read and written as well)
+ADAM_FLOPS, ADAM_TENSORS = 12.0, 7
+# SGD: p -= lr·g (2 FLOPs; param and grad read, param written); with momentum buffers
+# buf = μ·buf + g first (2 more; the buffer read and written)
+SGD_FLOPS, SGD_TENSORS = 2.0, 3
+# a _foreach_ op is one element-wise op over its lists: FLOPs per element of the first list
+# (1 unless named here) ...
+FOREACH_FLOPS = {"addcmul": 3.0, "addcdiv": 3.0, "lerp": 3.0, "norm": 2.0, "zero": 0.0,
+                 "copy": 0.0}
+# ... reading each list once and writing one list, but for these
+FOREACH_NO_READ = {"zero", "copy"}  # the list they overwrite is not read
+FOREACH_NO_WRITE = {"norm"}  # one scalar per tensor out
+# a TensorList's element type is not recorded (its "Input type" is "TensorList"): its words
+# are taken as 4 bytes, fp32, as optimizer states and master weights are
+LIST_WORD = 4
+
+
+def _optimizer(short: str, lists: list[list[list[int]]], dims: list[list[int]], w: int
+               ) -> Mapped:
+    """An optimizer step (or one of its _foreach_ ops) over its parameters: the first
+    TensorList's tensors (the params), or the flat tensor arguments of an op without lists."""
+    params = lists[0] if lists else [d for d in dims if d]
+    word = LIST_WORD if lists else w
+    elems = sum(_prod(d) for d in params)
+
+    def given(i: int) -> bool:  # an optional list (AMSGrad's, momentum's) that holds tensors
+        return len(lists) > i and bool(lists[i])
+
+    if "adam" in short:
+        per, tensors = ADAM_FLOPS, ADAM_TENSORS + (2 if given(4) else 0)
+    elif "sgd" in short:
+        per, tensors = SGD_FLOPS + (2 if given(2) else 0), SGD_TENSORS + (2 if given(2) else 0)
+    else:
+        base = short.removeprefix("_foreach_").rstrip("_")
+        per = FOREACH_FLOPS.get(base, 1.0)
+        tensors = (max(len(lists), 1) - (base in FOREACH_NO_READ)
+                   + (base not in FOREACH_NO_WRITE))
+    return Mapped("optimizer", "step", per * elems, float(tensors * word * elems),
+                  {"tensors": len(params), "elements": elems}, word=word)
+
+
+def _embedding(dims: list[list[int]], types: list[str], w: int) -> Mapped | None:
+    """A lookup of ids in a (vocab, width) table: the looked-up rows read and written, the ids
+    read; the rest of the table is not touched."""
+    if len(dims) < 2 or len(dims[0]) != 2:
+        return None
+    ids, width = _prod(dims[1]), dims[0][1]
+    id_word = DTYPE_BYTES.get(types[1], 8)
+    return Mapped("embedding", "fwd", 0.0, float(2 * ids * width * w + ids * id_word),
+                  {"ids": ids, "width": width}, word=w)
+
+
+def _drops(args: dict[str, Any]) -> bool:
+    """Whether aten::dropout(input, p, train) dropped anything: False when the profiler
+    recorded train=False (eval mode) or p=0, for then it returns its input untouched."""
+    p, train = _concrete(args, 1), _concrete(args, 2)
+    try:
+        zero = float(p) == 0.0
+    except ValueError:
+        zero = False  # not recorded: taken as a real dropout
+    return train != "False" and not zero
 
 
 def backward_of(m: Mapped) -> Mapped:

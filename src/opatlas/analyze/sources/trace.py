@@ -24,6 +24,7 @@ from opatlas.analyze.aten import Mapped, backward_of, map_op, maybe_catalog
 from opatlas.analyze.chrome import Events, load_trace, nest, split_events
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
+from opatlas.analyze.tables import fmt_si
 from opatlas.analyze.why import (
     WHY_FIRST,
     WHY_REST,
@@ -49,6 +50,16 @@ COLUMNS = [
     Column(key="shape", label="shape", role="shape"),
 ]
 BACKWARD_MARKS = ("autograd::engine::evaluate_function", "Backward0", "Backward1")
+# catalog ops that may do nothing: one with no child event (no op called, no kernel launched)
+# did nothing and is not counted (a dropout in eval mode or of p=0 returns its input)
+NO_OP_WITHOUT_CHILDREN = {"dropout"}
+# the dtype whose peak a row of this many bytes a word is rated against (else fp32)
+WORD_DTYPES = {1: "fp8", 2: "bf16", 8: "fp64"}
+# An empirical peak comes from rows whose calls take at least this long: the profiler times
+# an event to about a microsecond and adds its own overhead to it, so a shorter call's FLOP/s
+# or bytes/s is noise (a no-op of 0.07 µs "moving" a MB reads as 20 TB/s); 10 µs is timed
+# within ~10%.
+MIN_PEAK_CALL_S = 10e-6
 
 
 def detect(path: Path) -> bool:
@@ -73,10 +84,12 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                            f"has 'Input Dims'. Record it with torch.profiler.profile("
                            f"record_shapes=True) so ops can be mapped and counted")
     rows, busy, mode = _rows(ops, kernels, runtime)
-    peaks, notes = _peaks(doc, rows, options)
+    peaks, by_word, notes = _peaks(path, doc, rows, options)
     notes += _cpu_only(len(kernels), peaks)
     notes += _unmapped(rows, busy)
-    analysed = explain(rows.drop(columns=["word"]), peaks, busy)
+    analysed = _explain(rows, peaks, by_word, busy)
+    peaks_text = (empirical_peaks_text(peaks.memory_roof) if _empirical(peaks)
+                  else _per_dtype_text(by_word))
     summary = {"title": f"profiler trace {path.name}", "total_time_s": busy, "busy_time_s": busy,
                "total_time_label": "busy time",
                "time_basis": mode, "events": len(ops) + len(kernels) + len(runtime),
@@ -84,10 +97,9 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                "peak_bytes_s": peaks.bytes_s if peaks.memory_roof else None,  # None: no roof
                "onchip_bytes": peaks.onchip_bytes or None,  # None: not known (empirical)
                "word_bytes": peaks.word_bytes,
-               **({"peaks": empirical_peaks_text(peaks.memory_roof)}
-                  if _empirical(peaks) else {}),
-               "utilization": float(np.nansum(analysed["flops"]) / (busy * peaks.flops_s))
-               if busy > 0 else None, "utilization_label": "FLOP util", "notes": notes}
+               **({"peaks": peaks_text} if peaks_text else {}),
+               "utilization": _peak_time(rows, peaks, by_word) / busy if busy > 0 else None,
+               "utilization_label": "FLOP util", "notes": notes}
     return Analysis(Source(kind="trace", path=str(path)), summary, analysed, list(COLUMNS),
                     "device")
 
@@ -105,8 +117,10 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
     owner = np.full(len(order), -1, dtype=np.int64)
     backward = np.zeros(len(order), dtype=bool)
     mapped: dict[int, Mapped] = {}
-    cache: dict[tuple[str, str, str], Mapped | None] = {}
+    cache: dict[tuple[str, ...], Mapped | None] = {}
     par = parent.tolist()
+    has_child = np.zeros(len(order), dtype=bool)
+    has_child[parent[parent >= 0]] = True
     for i, name in enumerate(names):
         p = par[i]
         backward[i] = (p >= 0 and backward[p]) or name.startswith(BACKWARD_MARKS[0]) \
@@ -115,6 +129,8 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
             owner[i] = owner[p]
             continue
         m = _mapped(name, ev.args[order[i]], cache) if is_op[i] else None
+        if m is not None and m.op in NO_OP_WITHOUT_CHILDREN and not has_child[i]:
+            m = None
         if m is not None:
             owner[i] = i
             mapped[i] = backward_of(m) if backward[i] and m.pass_ == "fwd" else m
@@ -131,8 +147,9 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
                 launch[corr] = pos_of[j]
         for k in range(len(kernels)):
             i = launch.get(kernels.args[k].get("correlation"))
-            if i is None:
+            if i is None:  # its launch is not in the trace: each kernel is a call
                 key: Any = ("other", f"kernel {kernels.name[k]}")
+                acc[key][1] += 1
             else:
                 key = owner[i] if owner[i] >= 0 else ("other", names[par[i]] if par[i] >= 0
                                                       else names[i])
@@ -154,12 +171,14 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
     return _table(acc, mapped, names, bool(len(kernels))), busy * 1e-6, mode
 
 
-def _mapped(name: str, args: dict[str, Any], cache: dict[tuple[str, str, str], Mapped | None]
+def _mapped(name: str, args: dict[str, Any], cache: dict[tuple[str, ...], Mapped | None]
             ) -> Mapped | None:
-    """map_op, once per distinct (name, shapes, dtypes): a trace repeats the same calls."""
+    """map_op, once per distinct (name, shapes, dtypes, scalars): a trace repeats the same
+    calls."""
     if not maybe_catalog(name):
         return None
-    key = (name, str(args.get("Input Dims")), str(args.get("Input type")))
+    key = (name, str(args.get("Input Dims")), str(args.get("Input type")),
+           str(args.get("Concrete Inputs")))
     if key not in cache:
         cache[key] = map_op(name, args)
     return cache[key]
@@ -192,35 +211,130 @@ def _table(acc: dict[Any, list[float]], mapped: dict[int, Mapped], names: list[s
     return df.sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _peaks(doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
-           ) -> tuple[Peaks, list[str]]:
-    from opatlas.devices import empirical_device, get_device
+def _peaks(path: Path, doc: dict[str, Any], rows: pd.DataFrame, options: ReadOptions
+           ) -> tuple[Peaks, dict[int, Peaks], list[str]]:
+    """The device's peaks at the dtype that does most of the FLOPs (the summary's), the peaks
+    each word size's rows are rated against (a catalog device's dense peak at that dtype: a
+    bf16 GEMM among fp32 ops is rated against the bf16 peak), and the notes. A device outside
+    the catalog has one set of empirical peaks for all rows."""
+    from opatlas.devices import find_device, get_device
 
-    words = rows.loc[rows["flops"] > 0, "word"].dropna()
-    word = int(words.mode().iloc[0]) if len(words) else 4
-    dtype = {1: "fp8", 2: "bf16", 8: "fp64"}.get(word, "fp32")
-    name = options.extra.get("device")
-    props = doc.get("deviceProperties") or []
-    if not name and props and isinstance(props[0], dict):
-        name = str(props[0].get("name", "")).replace(" ", "")
+    words = _words(rows)
+    word = words[0] if words else 4
+    recorded = _recorded_device(doc)
     given = options.extra.get("device")
+    notes: list[str] = []
     if given:  # named by the user: a typo is an error naming the catalog, not a fallback
         d = get_device(str(given))
-        return Peaks(d.name, d.peak(dtype), d.bandwidth, d.onchip_bytes, word), []
-    if name:
-        try:
-            d = get_device(str(name))
-            return Peaks(d.name, d.peak(dtype), d.bandwidth, d.onchip_bytes, word), []
-        except OpatlasError:
-            pass
+        if recorded and find_device(recorded) is not d:
+            notes.append(f"the trace was recorded on {recorded}; {d.name}'s peaks are used, as "
+                         f"--device asks")
+    else:
+        found = find_device(recorded) if recorded else None
+        if found is None:
+            peaks, notes = _empirical_device(path, recorded, rows, word, options.strict)
+            return peaks, {}, notes
+        d = found
+    by_word = {w: Peaks(d.name, d.peak(_dtype(w)), d.bandwidth, d.onchip_bytes, w)
+               for w in (words or [word])}
+    return by_word[word], by_word, notes
+
+
+def _dtype(word: int) -> str:
+    return WORD_DTYPES.get(int(word), "fp32")
+
+
+def _words(rows: pd.DataFrame) -> list[int]:
+    """The word sizes of the rows with FLOPs, the one with the most FLOPs first."""
+    counted = rows[rows["flops"] > 0].dropna(subset=["word"])
+    by = counted.groupby("word")["flops"].sum().sort_values(ascending=False, kind="stable")
+    return [int(w) for w in by.index]
+
+
+def _recorded_device(doc: dict[str, Any]) -> str:
+    """The GPU the trace was recorded on (its deviceProperties), as the trace names it."""
+    props = doc.get("deviceProperties") or []
+    if props and isinstance(props[0], dict):
+        return str(props[0].get("name", "")).strip()
+    return ""
+
+
+def _empirical_device(path: Path, recorded: str, rows: pd.DataFrame, word: int, strict: bool
+                      ) -> tuple[Peaks, list[str]]:
+    """Peaks from the trace's own counted rows whose calls are long enough to time
+    (:data:`MIN_PEAK_CALL_S`); shorter ones only when no row is, said in a note (an error
+    under --strict)."""
+    from opatlas.devices import empirical_device
+
+    name = recorded or "cpu"
     ok = rows[rows["limiter"].isna()]
-    flops, nbytes = ok["flops"].to_numpy(float), ok["bytes"].to_numpy(float)
-    d = empirical_device(name or "cpu", flops, nbytes, ok["time_s"].to_numpy(float), dtype)
-    peaks, notes = empirical_peaks(f"device {name}" if name else "the device of this trace",
-                                   d.peak(dtype), d.bandwidth, dtype, word, flops, nbytes,
-                                   "profiled ops")
-    notes[0] += "; no Orojenesis bound is given (name a catalog device with --device)"
-    return dataclasses.replace(peaks, name=d.name), notes
+    t = ok["time_s"].to_numpy(float)
+    counted = ok[np.isfinite(ok["flops"].to_numpy(float))
+                 & np.isfinite(ok["bytes"].to_numpy(float)) & (t > 0)]
+    if counted.empty:
+        raise OpatlasError(_nothing_counted(path, name, rows))
+    long = counted[counted["time_s"] / counted["calls"].clip(lower=1) >= MIN_PEAK_CALL_S]
+    notes = []
+    if long.empty:
+        msg = (f"{path}: no counted op of this trace takes {MIN_PEAK_CALL_S * 1e6:g} µs a call, "
+               f"the least whose time gives a rate: the empirical peaks of {name} come from "
+               f"shorter calls and may be far off")
+        if strict:
+            raise OpatlasError(f"{msg}; --strict refuses them (name a catalog device with "
+                               f"--device NAME)")
+        notes.append(msg)
+        long = counted
+    dtype = _dtype(word)
+    flops, nbytes = long["flops"].to_numpy(float), long["bytes"].to_numpy(float)
+    d = empirical_device(name, flops, nbytes, long["time_s"].to_numpy(float), dtype)
+    who = f"device {recorded}" if recorded else "the device of this trace"
+    what = "profiled ops" if notes else f"profiled ops of {MIN_PEAK_CALL_S * 1e6:g} µs a call or more"
+    peaks, more = empirical_peaks(who, d.peak(dtype), d.bandwidth, dtype, word, flops, nbytes,
+                                  what)
+    # the advice holds when the note is shown again from --load, where --device is ignored
+    more[0] += ("; no Orojenesis bound is given (analyze the trace again with --device NAME "
+                "to name a catalog device)")
+    return dataclasses.replace(peaks, name=d.name), more + notes
+
+
+def _nothing_counted(path: Path, name: str, rows: pd.DataFrame) -> str:
+    """The error of a trace with no FLOP or byte count on a device outside the catalog."""
+    top = rows[rows["op"] == "other"].nlargest(3, "time_s")
+    total = float(rows["time_s"].sum())
+    named = ", ".join(f"{n} {100 * t / total:.0f}%" if total > 0 else str(n)
+                      for n, t in zip(top["name"], top["time_s"], strict=True))
+    named = f" (the largest: {named})" if named else ""
+    return (f"{path}: no op in the trace has FLOP or byte counts: none maps to opatlas's "
+            f"catalog{named}, and its device ({name}) is not in the catalog, so there is no "
+            f"roofline to derive from it; name a catalog device with --device NAME to compare "
+            f"its times with that device's peaks")
+
+
+def _explain(rows: pd.DataFrame, peaks: Peaks, by_word: dict[int, Peaks], busy: float
+             ) -> pd.DataFrame:
+    """explain() of each word size's rows against its own peaks (``peaks`` for rows of no
+    counted word: "other" rows), in the rows' order."""
+    word = rows["word"].fillna(-1).astype(int)
+    parts = [explain(sub.drop(columns=["word"]), by_word.get(int(w), peaks), busy)
+             for w, sub in rows.groupby(word, sort=False)]
+    return pd.concat(parts).sort_index() if parts else explain(rows.drop(columns=["word"]),
+                                                               peaks, busy)
+
+
+def _peak_time(rows: pd.DataFrame, peaks: Peaks, by_word: dict[int, Peaks]) -> float:
+    """The time the rows' FLOPs take at the peak of each one's dtype: FLOP util's numerator
+    (busy time at peak), which a mixed-precision trace cannot get from one peak."""
+    peak = rows["word"].map(lambda w: by_word.get(int(w), peaks).flops_s if pd.notna(w)
+                            else peaks.flops_s)
+    return float(np.nansum(rows["flops"].to_numpy(float) / peak.to_numpy(float)))
+
+
+def _per_dtype_text(by_word: dict[int, Peaks]) -> str | None:
+    """The summary's word on a mixed-precision trace's peaks: each dtype's, by FLOPs done."""
+    if len(by_word) < 2:
+        return None
+    each = ", ".join(f"{_dtype(w)} {fmt_si(p.flops_s, 'FLOP/s')}" for w, p in by_word.items())
+    return f"per dtype, each row against its own: {each} (peak compute: the first's)"
 
 
 def _empirical(peaks: Peaks) -> bool:
