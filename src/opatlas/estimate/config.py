@@ -351,7 +351,11 @@ def read_config(path: str | Path, notes: list[str] | None = None,
         else:
             raise SpecError("no such config file, and no bundled example of that name",
                             file=str(path))
-    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
+    if path.is_dir():  # a Hugging Face model folder
+        if not (path / "config.json").is_file():
+            from opatlas.estimate.sources import FOLDER_HOLDS
+
+            raise SpecError(f"a folder without config.json ({FOLDER_HOLDS})", file=str(path))
         path = path / "config.json"
     try:
         data = _parse(path)

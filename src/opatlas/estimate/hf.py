@@ -83,6 +83,8 @@ class HFModel:
     read: list[str]
     assumed: list[str]
     unused: list[str]
+    # a learned position table's rows (the field naming them, its value); None with RoPE
+    positions: tuple[str, int] | None = None
 
     def notes(self, source: str) -> list[str]:
         out = [f"{source}: read {', '.join(self.read)}"]
@@ -219,12 +221,11 @@ def _attention(r: _Reader) -> dict[str, int]:
 
 
 def _window(r: _Reader) -> int | None:
-    """The sliding-window length in force, if any (a window in force counts as read)."""
-    window = r.data.get("sliding_window")
-    if window is None or r.data.get("use_sliding_window") is False:
+    """The sliding-window length in force, if any (a window in force counts as read); a
+    window that is no positive integer is refused, not taken for none or for a length."""
+    if r.data.get("sliding_window") is None or r.data.get("use_sliding_window") is False:
         return None
-    r.read.append("sliding_window")
-    return window if isinstance(window, int) and not isinstance(window, bool) else None
+    return r.int("sliding_window")
 
 
 def _sliding_window(r: _Reader, seq_len: int) -> None:
@@ -282,9 +283,11 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     else:
         ffn = r.int("intermediate_size", 4 * hidden, "4 · hidden_size")
     vocab = r.int("vocab_size", why="the embedding and output layer")
+    positions = None
     if seq_len is None:
         seq_len = r.int("max_position_embeddings",
                         why="the sequence length; set model.seq_len to the run's")
+        positions = seq_len
         window = _window(r)
         if window is not None and window < seq_len:  # the longest full-attention sequence
             r.assumed.append(f"model.seq_len = sliding_window = {window}, the longest sequence "
@@ -295,7 +298,7 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
             r.assumed.append(f"model.seq_len = max_position_embeddings = {seq_len} (set "
                              f"model.seq_len to the run's sequence length)")
     elif not fam.rope:
-        r.int("max_position_embeddings", why="the learned position table")
+        positions = r.int("max_position_embeddings", why="the learned position table")
     _sliding_window(r, seq_len)
     act = r.text("hidden_act", fam.default_act)
     if fam.gated and act not in ("silu", "swish"):
@@ -318,4 +321,19 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
               **({"mlp_bias": mlp_bias} if mlp_bias is not None and mlp_bias != bias else {}),
               **head_dim, **_experts(r, fam), **_dropouts(r, fam)}
     read = list(dict.fromkeys(r.read))
-    return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read))
+    table = (r._name("max_position_embeddings"), positions) \
+        if positions is not None and not fam.rope else None
+    return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read), table)
+
+
+def check_positions(mapped: HFModel, seq_len: int, learned: object, file: str) -> None:
+    """Refuse a sequence longer than the learned position table, as Megatron-LM and
+    transformers stop on it; ``learned``: model.learned_positions as resolved (an explicit
+    one wins). RoPE has no table, so no such limit."""
+    if mapped.positions is None or not learned:
+        return
+    name, rows = mapped.positions
+    if seq_len > rows:
+        raise SpecError(f"shorter than model.seq_len {seq_len} (the learned position table "
+                        f"has no row past it: transformers and Megatron-LM stop on it)",
+                        file=file, key=name, value=rows)

@@ -6,27 +6,38 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from opatlas.errors import SpecError
-from opatlas.estimate.hf import bundled_hf, hf_model_name, map_hf_config, read_hf_config
+from opatlas.estimate.hf import (
+    bundled_hf,
+    check_positions,
+    hf_model_name,
+    map_hf_config,
+    read_hf_config,
+)
 from opatlas.estimate.presets import apply_preset, device_links
 
 # Without a batch size in the input, a Hugging Face model is estimated at about 4 Mi tokens
 # per optimizer step (the order of the batches Llama 3 and its peers were trained with).
 DEFAULT_BATCH_TOKENS = 4 * 2**20
+FOLDER_HOLDS = "a Hugging Face model folder holds one"
 
 
 def _hf_path(ref: Any, base: Path) -> Path:
     if not isinstance(ref, str | Path) or not str(ref):
         raise SpecError("expected the path of a config.json or a bundled name", file=str(base),
                         key="model.hf", value=ref)
-    for candidate in (Path(ref), (base.parent / ref) if base.suffix else None):
-        if candidate is not None and candidate.is_dir() and (candidate / "config.json").is_file():
+    candidates = [Path(ref), *([base.parent / ref] if base.suffix else [])]
+    for candidate in candidates:
+        if candidate.is_dir() and (candidate / "config.json").is_file():
             return candidate / "config.json"
-        if candidate is not None and candidate.is_file():
+        if candidate.is_file():
             return candidate
     found = bundled_hf(str(ref))
+    if found is None and any(c.is_dir() for c in candidates):
+        raise SpecError(f"a folder without config.json ({FOLDER_HOLDS})", file=str(base),
+                        key="model.hf", value=str(ref))
     if found is None:
         raise SpecError("no such Hugging Face config.json, and no bundled one of that name",
                         file=str(base), key="model.hf", value=str(ref))
@@ -42,9 +53,8 @@ def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None,
         return data
     path = _hf_path(model["hf"], base)
     explicit = {k: v for k, v in model.items() if k != "hf"}
-    seq_len = explicit.get("seq_len")
-    mapped = map_hf_config(read_hf_config(path), str(path),
-                           seq_len if isinstance(seq_len, int) and seq_len > 0 else None)
+    seq_len = _seq_len(explicit["seq_len"], base) if "seq_len" in explicit else None
+    mapped = map_hf_config(read_hf_config(path), str(path), seq_len)
     label = f"bundled {path.stem}" if bundled_hf(path.stem) == path else str(path)
     if notes is not None:
         notes.extend(mapped.notes(label))
@@ -52,15 +62,34 @@ def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None,
             notes.append(f"{label}: given explicitly: "
                          + ", ".join(f"model.{k} = {v}" for k, v in explicit.items()))
     out = {**data, "model": {"name": hf_model_name(path), **mapped.fields, **explicit}}
+    seq_len = mapped.fields["seq_len"]  # the explicit one if given, checked
+    check_positions(mapped, seq_len, out["model"].get("learned_positions"), str(path))
     training = data.get("training")
     if training is None or (isinstance(training, dict) and "global_batch" not in training):
-        seqs, why = _default_batch(out["model"]["seq_len"], data.get("parallel"), training,
-                                   gpus)
+        seqs, why = _default_batch(seq_len, data.get("parallel"), training, gpus)
         out["training"] = {**(training or {}), "global_batch": seqs}
         if notes is not None:
             notes.append(f"assumed training.global_batch = {seqs} sequences ({why} nearest 4 Mi "
                          f"tokens per step; set training.global_batch)")
     return out
+
+
+def _seq_len(value: Any, base: Path) -> int:
+    """An explicit ``model.seq_len`` checked as validation will check it, since mapping the
+    model and assuming a batch compute with it first (a 0 or "4k" is named, not divided by)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from opatlas.estimate.config import ModelConfig
+
+    if isinstance(value, bool):  # as validation says it (pydantic would take it for 1 or 0)
+        raise SpecError(f"expected a number, not {str(value).lower()}", file=str(base),
+                        key="model.seq_len", value=value)
+    field = ModelConfig.model_fields["seq_len"]
+    try:
+        return TypeAdapter(Annotated[int, *field.metadata]).validate_python(value)
+    except ValidationError as exc:
+        raise SpecError(exc.errors()[0]["msg"], file=str(base), key="model.seq_len",
+                        value=value) from None
 
 
 def _default_batch(seq_len: int, parallel: Any, training: Any, gpus: int | None = None
