@@ -87,6 +87,23 @@ def test_analytical_and_a_set_asking_for_data_contradict(capsys, item):
     assert out == ""
 
 
+@pytest.mark.parametrize("item", ["ops.mode=data", "cluster.nccl_data=bundled"])
+def test_analyze_refuses_the_same_contradiction(capsys, item):
+    code, _, err = cli_in_process(capsys, "analyze", "llama2-7b", "--analytical", "--set",
+                                    item, "--json")
+    one_error(code, err, "--analytical", f"--set {item}", "contradict each other")
+
+
+def test_analyze_keeps_the_launchers_gpus_per_node_over_a_preset(capsys):
+    code, out, err = cli_in_process(capsys, "analyze", "--megatron-args", LAUNCHED, "--set",
+                                    "cluster.preset=dgx-h100", "--json")
+    assert code == 0, err
+    assert "the launcher's --nproc-per-node 4, kept over a cluster preset's" in err
+    dp = [r for r in json.loads(out)["rows"] if r["op"] == "all_gather"
+          or r.get("category") == "dp_comm"]
+    assert dp and "gpus_per_node = 8" not in err
+
+
 def test_analytical_with_set_ops_mode_analytical_is_no_contradiction(capsys):
     code, out, err = cli_in_process(capsys, "estimate", "llama2-7b", "--analytical", "--set",
                                     "ops.mode=analytical", "--json")

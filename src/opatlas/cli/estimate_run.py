@@ -5,7 +5,6 @@ only; the work is in :mod:`opatlas.estimate.inputs` and :mod:`opatlas.estimate.r
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -29,13 +28,9 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
          strict: bool = False, analytical: bool = False) -> Any:
     """The inputs (config, the run length the input asks for, notes, the keys a search
     holds), with ``--strict`` and ``--analytical`` applied; notes also go to stderr.
-    ``strict``: Megatron flags that are not modelled are errors. A Megatron launcher's GPUs
-    per node is passed on as ``--gpus-per-node``: the run's own, a preset does not replace it."""
+    ``strict``: Megatron flags that are not modelled are errors."""
     from opatlas.estimate.inputs import load_inputs, with_flags
 
-    check_analytical(sets or (), analytical)
-    if megatron_args is not None and config is None and gpus_per_node is None:
-        gpus_per_node = _launcher_gpus_per_node(megatron_args, sets or ())
     notes: list[str] = []
     try:
         inputs = load_inputs(config, megatron_args=megatron_args, gpus=gpus,
@@ -45,37 +40,6 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
     finally:  # what was assumed before an error explains it
         say(notes)
     return inputs
-
-
-def _launcher_gpus_per_node(megatron_args: str, sets: Sequence[str]) -> int | None:
-    """The launcher's ``--nproc-per-node``, unless ``--set cluster.gpus_per_node`` replaces
-    it (passed on as ``--gpus-per-node``, it would win over that ``--set``)."""
-    from opatlas.estimate.megatron import launcher_gpus_per_node
-    from opatlas.estimate.overrides import override_keys
-
-    if "cluster.gpus_per_node" in override_keys(sets):
-        return None
-    return launcher_gpus_per_node(megatron_args)
-
-
-# --set items that ask for the measured data --analytical drops
-DATA_SETS = {("ops", "mode"): "data", ("cluster", "nccl_data"): None}
-
-
-def check_analytical(sets: Sequence[str], analytical: bool) -> None:
-    """``--analytical`` with a ``--set`` asking for measured data (``ops.mode=data``,
-    ``cluster.nccl_data=...``): an error naming both, not one silently ignored."""
-    from opatlas.errors import OpatlasError
-    from opatlas.estimate.overrides import parse_item
-
-    if not analytical:
-        return
-    for item in sets:
-        path, value = parse_item(item)
-        if path in DATA_SETS and DATA_SETS[path] in (None, value):
-            raise OpatlasError(f"--analytical and --set {item.strip()} contradict each other "
-                               f"(--analytical times every op and collective without measured "
-                               f"data): keep one")
 
 
 def say(notes: list[str]) -> None:

@@ -46,10 +46,13 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     """
     notes = [] if notes is None else notes
     steps = None
+    _check_analytical(sets, analytical)
     if megatron_args is not None:
         if config is not None:
             raise OpatlasError("give either a config or --megatron-args, not both (use --set "
                                "for the cluster, e.g. --set cluster.preset=dgx-a100)")
+        if gpus_per_node is None:
+            gpus_per_node = _launcher_gpus_per_node(megatron_args, sets)
         raw, path, steps, gpus = _from_megatron(megatron_args, gpus, gpus_per_node, strict,
                                                 notes)
     elif config is not None:
@@ -80,6 +83,36 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
                            f" (use --search to choose a layout of {gpus} GPUs)")
     return Inputs(cfg, notes, steps)
+
+
+def _launcher_gpus_per_node(megatron_args: str, sets: Sequence[str]) -> int | None:
+    """The launcher's ``--nproc-per-node``, taken as ``--gpus-per-node`` so that it wins over
+    a ``--set cluster.preset`` as an explicit field does, unless ``--set
+    cluster.gpus_per_node`` replaces it."""
+    from opatlas.estimate.megatron import launcher_gpus_per_node
+
+    if "cluster.gpus_per_node" in override_keys(sets):
+        return None
+    return launcher_gpus_per_node(megatron_args)
+
+
+# --set items that ask for the measured data --analytical drops
+DATA_SETS = {("ops", "mode"): "data", ("cluster", "nccl_data"): None}
+
+
+def _check_analytical(sets: Sequence[str], analytical: bool) -> None:
+    """``--analytical`` with a ``--set`` asking for measured data (``ops.mode=data``,
+    ``cluster.nccl_data=...``): an error naming both, not one silently ignored."""
+    from opatlas.estimate.overrides import parse_item
+
+    if not analytical:
+        return
+    for item in sets:
+        path, value = parse_item(item)
+        if path in DATA_SETS and DATA_SETS[path] in (None, value):
+            raise OpatlasError(f"--analytical and --set {item.strip()} contradict each other "
+                               f"(--analytical times every op and collective without measured "
+                               f"data): keep one")
 
 
 def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int | None,
