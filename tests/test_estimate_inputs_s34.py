@@ -24,3 +24,11 @@ def test_a_valid_tp_that_does_not_divide_gpus_says_the_set_in_play(capsys):
                                   "parallel.tp=3")
     one_error(code, err, "--gpus 64 is not a multiple of tp·pp = 3·1",
               "(with --set parallel.tp=3)")
+
+
+@pytest.mark.parametrize(("item", "needle"), [
+    ("model.kv_heads=1", "key 'parallel.tp', value 2: tp 2 must divide kv_heads 1"),
+    ("model.heads=31", "hidden 4096 is not divisible by heads 31")])
+def test_a_rule_broken_by_a_set_of_its_other_key_names_that_set(capsys, item, needle):
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b", "--set", item)
+    one_error(code, err, needle, f"(with --set {item})")

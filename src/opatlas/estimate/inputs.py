@@ -219,11 +219,19 @@ def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
     if exc.key is None:  # a rule across keys (validate_config no longer echoes the mapping)
         given = f" (with --set {' --set '.join(sets)})" if sets else ""
         return SpecError(exc.detail + given, file=exc.file)
-    inside = [s for s in sets if s.partition("=")[0].strip().startswith(exc.key + ".")]
-    if inside:  # a rule across one section's keys (hidden vs heads), an override among them
+    key = exc.key
+    inside = [s for s in sets if (k := s.partition("=")[0].strip()).startswith(key + ".")
+              or k in RULE_PARTNERS.get(key, ())]
+    if inside:  # a rule across keys (hidden vs heads, tp vs kv_heads), an override among them
         return SpecError(f"{exc.detail} (with --set {' --set '.join(inside)})", file=exc.file,
-                         key=exc.key)
+                         key=key, value=None if isinstance(exc.value, dict | list) else exc.value)
     return exc
+
+
+# the other keys of the rules an error is reported at this key for (estimate.config's
+# validators): an override of one of them is in play when the rule breaks
+RULE_PARTNERS = {"parallel.tp": ("model.heads", "model.kv_heads", "model.ffn"),
+                 "model.kv_heads": ("model.heads",)}
 
 
 def with_flags(cfg: TrainConfig, strict: bool, analytical: bool,
