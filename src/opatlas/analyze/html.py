@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from opatlas.analyze.model import Analysis, _clean
 from opatlas.analyze.tables import (
@@ -32,7 +33,9 @@ def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
     call runs, as the table counts them (a backward's two, dA = dC·Bᵀ and dB = Aᵀ·dC, each
     with the whole buffer in turn: their frontiers summed at every buffer size), with where
     the device's buffer sits on it (the row's ``orojenesis_bytes`` per call) and the traffic
-    the row's time per call would allow at peak bandwidth."""
+    the row's time per call would allow at peak bandwidth. Its words are of the row's own
+    dtype where known (:func:`row_dtypes`: a bf16 GEMM of a trace whose summary word is
+    fp32's), else of the summary's."""
     rows = analysis.rows
     if "gemm" not in rows:
         return None
@@ -46,7 +49,7 @@ def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
     own = r.get("gemms")
     kernels = ([tuple(int(x) for x in k) for k in own] if isinstance(own, list | tuple) and own
                else pass_gemms((g[0], g[1], g[2], g[3]), str(r["pass"])))
-    word = int(analysis.summary.get("word_bytes") or 2)
+    word = _word_of(row_dtypes(analysis).get(r.name), analysis.summary)
     parts = [frontier(gemm(m, k, n, word) if b == 1 else bmm(b, m, k, n, word))
              for b, m, k, n in kernels]
     buffer, accesses = summed_frontier(parts)
@@ -65,6 +68,34 @@ def frontier_of_heaviest_gemm(analysis: Analysis) -> dict[str, Any] | None:
             **_drawn(buffer, accesses), "algo_min": sum(p.algo_min for p in parts),
             "onchip_words": onchip, "bound_words": at,
             "time_words": per_call * bw / word if bw else None}
+
+
+def row_dtypes(analysis: Analysis) -> pd.Series:
+    """Each row's dtype (a mixed-precision trace's rows say the dtype each was rated at),
+    None where unknown."""
+    rows = analysis.rows
+    if "dtype" in rows:
+        return rows["dtype"].astype(object).where(rows["dtype"].notna(), None)
+    return pd.Series([None] * len(rows), index=rows.index, dtype=object)
+
+
+def dtype_peaks(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary's ``peak_flops_by_dtype`` (dtype -> FLOP/s), its positive finite peaks
+    only ({} where it has none: a saved file may hold anything there)."""
+    given = summary.get("peak_flops_by_dtype")
+    if not isinstance(given, dict):
+        return {}
+    return {str(k): float(v) for k, v in given.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) and v > 0}
+
+
+def _word_of(dtype: Any, summary: dict[str, Any]) -> int:
+    """The bytes a word of ``dtype`` (a catalog dtype name), else the summary's word."""
+    from opatlas.ops.base import DTYPE_BYTES
+
+    if isinstance(dtype, str) and dtype in DTYPE_BYTES:
+        return DTYPE_BYTES[dtype]
+    return int(summary.get("word_bytes") or 2)
 
 
 def summed_frontier(parts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -114,6 +145,9 @@ def _group_caption(analysis: Analysis) -> str:
 def _payload(analysis: Analysis) -> dict[str, Any]:
     cols = visible_columns(analysis)
     rows = analysis.rows[[c.key for c in cols if c.key in analysis.rows]]
+    by_dtype = dtype_peaks(analysis.summary)
+    if len(by_dtype) > 1:  # each point against its own dtype's roof (report.js roofline)
+        rows = rows.assign(dtype=row_dtypes(analysis))
     return _clean({
         "source": analysis.source.model_dump(), "title": analysis.summary.get("title",
                                                                              analysis.source.path),
@@ -125,7 +159,8 @@ def _payload(analysis: Analysis) -> dict[str, Any]:
         "details": detail_tables(analysis),
         "columns": [c.model_dump() for c in cols], "rows": rows.to_dict("records"),
         "peaks": {"flops": analysis.summary.get("peak_flops_s"),
-                  "bytes": analysis.summary.get("peak_bytes_s")},
+                  "bytes": analysis.summary.get("peak_bytes_s"),
+                  **({"by_dtype": by_dtype} if len(by_dtype) > 1 else {})},
         "timeline": analysis.summary.get("timeline") or [],
         "frontier": frontier_of_heaviest_gemm(analysis)})
 

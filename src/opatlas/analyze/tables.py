@@ -195,7 +195,8 @@ def time_breakdown(analysis: Analysis) -> list[tuple[str, float]]:
     return sorted(((k, v) for k, v in by.items() if v > 0), key=lambda kv: -kv[1])
 
 
-DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util", "percent_keys"}
+DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util", "percent_keys",
+               "peak_flops_by_dtype"}  # the peaks card and the roofs show it
 MAX_DETAIL_ROWS = 500
 
 

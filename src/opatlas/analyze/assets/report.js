@@ -173,17 +173,23 @@ function breakdown() {
   });
 }
 
+// one compute roof: the peak of a single-dtype analysis; a mixed-precision trace has one per dtype
+// (peaks.by_dtype, by FLOPs done: html.row_dtypes names each row's), each in its own colour, which
+// outlines that dtype's points, under the one memory roof
+const ROOF_COLORS = ["#1d2330", "#16a085", "#8e44ad", "#c9a227", "#d64545"];
 function roofline() {
   const svg = document.getElementById("roofline"), P = D.peaks;
   const pts = D.rows.filter(r => r.flops > 0 && r.bytes > 0 && r.time_s > 0 && r.achieved_flops_s > 0);
   if (!pts.length) return empty(svg, "no op with FLOPs, bytes and a time");
   if (!P.flops) return empty(svg, "no device peak to draw a roof under");
   const memRoof = P.bytes > 0;  // none: no row shows the bandwidth (peaks from the data)
-  const ridge = memRoof ? [P.flops / P.bytes] : [];
+  const roofs = Object.entries(P.by_dtype || {}).filter(([, f]) => f > 0);
+  const mixed = roofs.length > 1, tops = mixed ? roofs.map(([, f]) => f) : [P.flops], top = Math.max(...tops);
+  const ridge = memRoof ? tops.map(f => f / P.bytes) : [];
   const W = 560, H = 380, L = 70, R = 16, T = 14, B = 40; frame(svg, W, H);
   const ai = pts.map(r => r.flops / r.bytes), perf = pts.map(r => r.achieved_flops_s);
   const xlo = Math.min(...ai, ...ridge) / 3, xhi = Math.max(...ai, ...ridge) * 3;
-  const ylo = Math.min(...perf, ...(memRoof ? [P.bytes * xlo] : [])) / 3, yhi = P.flops * 2;
+  const ylo = Math.min(...perf, ...(memRoof ? [P.bytes * xlo] : [])) / 3, yhi = top * 2;
   const sx = logScale(xlo, xhi, L, W - R), sy = logScale(ylo, yhi, H - B, T);
   el("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis"}, svg);
   el("line", {x1: L, x2: L, y1: T, y2: H - B, class: "axis"}, svg);
@@ -191,18 +197,40 @@ function roofline() {
   logAxis(svg, ylo, yhi, sy, false, L, "");
   el("text", {x: (L + W) / 2, y: H - 4, "text-anchor": "middle"}, svg, "arithmetic intensity (FLOP/byte)");
   el("text", {x: 12, y: T + 8}, svg, "FLOP/s");
-  const roof = [xlo, ...ridge, xhi].map(x => `${sx(x)},${sy(memRoof ? Math.min(P.flops, P.bytes * x) : P.flops)}`).join(" ");
-  el("polyline", {points: roof, fill: "none", stroke: "#1d2330", "stroke-width": 2,
-    "data-tip": memRoof ? `peak ${si(P.flops, "FLOP/s")}, ${si(P.bytes, "B/s")}`
-      : `peak ${si(P.flops, "FLOP/s")}; no memory roof (no op shows the bandwidth)`}, svg);
+  const roofOf = {};
+  if (mixed) roofs.forEach(([dtype, f], i) => { roofOf[dtype] = {flops: f, color: ROOF_COLORS[i % ROOF_COLORS.length]}; });
+  if (mixed) dtypeRoofs(svg, roofOf, P, memRoof, sx, sy, xlo, xhi);
+  else {
+    const roof = [xlo, ...ridge, xhi].map(x => `${sx(x)},${sy(memRoof ? Math.min(P.flops, P.bytes * x) : P.flops)}`).join(" ");
+    el("polyline", {points: roof, fill: "none", stroke: "#1d2330", "stroke-width": 2,
+      "data-tip": memRoof ? `peak ${si(P.flops, "FLOP/s")}, ${si(P.bytes, "B/s")}`
+        : `peak ${si(P.flops, "FLOP/s")}; no memory roof (no op shows the bandwidth)`}, svg);
+  }
   const maxT = Math.max(...pts.map(r => r.time_s));
   pts.forEach((r, i) => {
+    const own = mixed ? roofOf[r.dtype] : undefined;
     const c = el("circle", {cx: sx(ai[i]), cy: sy(perf[i]), r: 3 + 7 * Math.sqrt(r.time_s / maxT),
-      fill: color(r.limiter, 0), "fill-opacity": 0.65, stroke: "#fff",
+      fill: color(r.limiter, 0), "fill-opacity": 0.65, stroke: own ? own.color : "#fff", ...(own ? {"stroke-width": 1.5} : {}),
       "data-tip": `${r.op} ${r.pass}\ntime ${secs(r.time_s)}\n${si(perf[i], "FLOP/s")} at ${ai[i].toFixed(1)} FLOP/B` +
+        (own ? `\n${r.dtype}: against its roof of ${si(own.flops, "FLOP/s")}` : "") +
         `\nlimiter ${r.limiter}` + (r.headroom ? `\nheadroom ${r.headroom.toFixed(2)}x` : "")}, svg);
     el("title", {}, c, `${r.op} ${r.pass}`);
   });
+}
+// a mixed-precision trace's roofs: the memory roof once, up to the highest peak, and each dtype's
+// compute roof from where it meets the memory roof (its ridge), labelled with the dtype and its peak
+function dtypeRoofs(svg, roofOf, P, memRoof, sx, sy, xlo, xhi) {
+  const top = Math.max(...Object.values(roofOf).map(o => o.flops));
+  if (memRoof) el("line", {class: "roof memory", x1: sx(xlo), y1: sy(P.bytes * xlo), x2: sx(top / P.bytes), y2: sy(top),
+    stroke: "#1d2330", "stroke-width": 2, "data-tip": `memory roof: ${si(P.bytes, "B/s")}`}, svg);
+  for (const [dtype, o] of Object.entries(roofOf)) {
+    const x0 = memRoof ? Math.max(xlo, o.flops / P.bytes) : xlo, y = sy(o.flops);
+    el("line", {class: "roof compute", "data-dtype": dtype, "data-flops": o.flops, x1: sx(x0), y1: y, x2: sx(xhi), y2: y,
+      stroke: o.color, "stroke-width": 2, "data-tip": `${dtype} peak ${si(o.flops, "FLOP/s")}: the roof of the ${dtype} ops` +
+        (memRoof ? ` (ridge at ${(o.flops / P.bytes).toFixed(1)} FLOP/B)` : "; no memory roof (no op shows the bandwidth)")}, svg);
+    el("text", {class: "roof-label", "data-dtype": dtype, x: sx(xhi) - 4, y: y - 4, "text-anchor": "end", style: `fill:${o.color}`},
+      svg, `${dtype} ${si(o.flops, "FLOP/s")}`);
+  }
 }
 
 function timeline() {

@@ -98,6 +98,7 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                "onchip_bytes": peaks.onchip_bytes or None,  # None: not known (empirical)
                "word_bytes": peaks.word_bytes,
                **({"peaks": peaks_text} if peaks_text else {}),
+               **_per_dtype_peaks(by_word),
                "utilization": _peak_time(rows, peaks, by_word) / busy if busy > 0 else None,
                "utilization_label": "FLOP util", "notes": notes}
     return Analysis(Source(kind="trace", path=str(path)), summary, analysed, list(COLUMNS),
@@ -313,12 +314,15 @@ def _nothing_counted(path: Path, name: str, rows: pd.DataFrame) -> str:
 def _explain(rows: pd.DataFrame, peaks: Peaks, by_word: dict[int, Peaks], busy: float
              ) -> pd.DataFrame:
     """explain() of each word size's rows against its own peaks (``peaks`` for rows of no
-    counted word: "other" rows), in the rows' order."""
+    counted word: "other" rows), in the rows' order, each with the ``dtype`` it was rated at
+    (None for those)."""
     word = rows["word"].fillna(-1).astype(int)
-    parts = [explain(sub.drop(columns=["word"]), by_word.get(int(w), peaks), busy)
+    dtype = word.map(lambda w: _dtype(w) if w > 0 else None).astype(object)
+    rows = rows.drop(columns=["word"])
+    parts = [explain(sub, by_word.get(int(w), peaks), busy)
              for w, sub in rows.groupby(word, sort=False)]
-    return pd.concat(parts).sort_index() if parts else explain(rows.drop(columns=["word"]),
-                                                               peaks, busy)
+    out = pd.concat(parts).sort_index() if parts else explain(rows, peaks, busy)
+    return out.assign(dtype=dtype)
 
 
 def _peak_time(rows: pd.DataFrame, peaks: Peaks, by_word: dict[int, Peaks]) -> float:
@@ -335,6 +339,14 @@ def _per_dtype_text(by_word: dict[int, Peaks]) -> str | None:
         return None
     each = ", ".join(f"{_dtype(w)} {fmt_si(p.flops_s, 'FLOP/s')}" for w, p in by_word.items())
     return f"per dtype, each row against its own: {each} (peak compute: the first's)"
+
+
+def _per_dtype_peaks(by_word: dict[int, Peaks]) -> dict[str, dict[str, float]]:
+    """The summary's ``peak_flops_by_dtype`` on a mixed-precision trace: each dtype's compute
+    peak, by FLOPs done (the report draws a roof for each); none on a trace of one dtype,
+    whose ``peak_flops_s`` says it all."""
+    each = {_dtype(w): float(p.flops_s) for w, p in by_word.items()}
+    return {"peak_flops_by_dtype": each} if len(each) > 1 else {}
 
 
 def _empirical(peaks: Peaks) -> bool:
