@@ -120,14 +120,15 @@ def _print_fit_table(rows: list[dict], split: str) -> None:
     rows span several (else the title names the one they share)."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     from opatlas.console import make_console, print_wide
 
     varying = [k for k in ("device", "dtype") if len({r[k] for r in rows}) > 1]
     shared = " ".join(str(rows[0][k]) for k in ("device", "dtype") if k not in varying)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
-                  title=f"held-out errors (%): {rows[0]['recipe']}, split {split}"
-                        f"{f', {shared}' if shared else ''}")
+                  title=Text(f"held-out errors (%): {rows[0]['recipe']}, split {split}"  # as typed:
+                             f"{f', {shared}' if shared else ''}"))  # no markup nor emoji (:b:)
     table.add_column("op", overflow="fold", min_width=8)
     for name in (*varying, "pass", "train", "test", "MAPE", "RMSRE", "ett", "twins", "floor",
                  "ours"):

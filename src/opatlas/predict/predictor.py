@@ -577,6 +577,9 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
         if k in params:
             raise OpatlasError(f"--shape {item!r}: {k} is given twice ({k}={params[k]} "
                                f"before)")
+        if k == "dtype":  # the models are per device and dtype: chosen with --dtype
+            raise OpatlasError(f"--shape {item!r}: the dtype is not a shape parameter; give "
+                               f"--dtype {v or 'NAME'}")
         if k in named:
             params[k] = v
             continue
