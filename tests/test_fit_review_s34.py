@@ -3,6 +3,11 @@ emoji code; predict takes the dtype as --dtype, not in --shape (it was taken and
 
 from __future__ import annotations
 
+import warnings
+
+import pandas as pd
+import pytest
+
 from conftest import cli_in_process, one_error
 
 
@@ -17,3 +22,38 @@ def test_a_dtype_in_the_shape_points_to_the_dtype_option(capsys):
     code, _, err = cli_in_process(capsys, "predict", "linear1", "--shape",
                                   "mp=2,b=4,l=4096,dim=4096,dtype=bf16")
     one_error(code, err, "--shape 'dtype=bf16'", "not a shape parameter", "--dtype bf16")
+
+
+def test_an_alias_is_predicted_from_the_op_a_store_files_it_under(tmp_path):
+    """A store files linear1's rows as linear with role=qkv (as opatlas run records them):
+    predict linear1 takes that model, with the role the alias fixes."""
+    import itertools
+    import json
+
+    from opatlas.ops.batch import batch_counts
+    from opatlas.predict import Predictor
+    from opatlas.store import Store
+    from opatlas.store.db import ResultRow
+
+    shapes = [{"role": role, "mp": 1, "b": b, "l": l, "dim": d} for role, b, l, d in
+              itertools.product(("qkv", "ffn_up"), (1, 2), (256, 512, 1024), (512, 1024))]
+    rows = []
+    for i, s in enumerate(shapes):
+        c = batch_counts("linear", pd.DataFrame([{**s, "dtype": "fp32"}])).iloc[0]
+        rows.append(ResultRow(f"v{i}", "linear", json.dumps({**s, "dtype": "fp32"}), "fwd",
+                              "cpu", "My CPU", "fp32", "ok", repeats=3,
+                              median_ns=c["flops_fwd"] / 50e9 * 1e9,
+                              flops=float(c["flops_fwd"]), min_bytes=float(c["bytes_fwd"])))
+    with Store(tmp_path / "s.duckdb") as st:
+        st.add_results(rows)
+    p = Predictor(device="My CPU", dtype="fp32", data=tmp_path / "s.duckdb",
+                  cache_dir=tmp_path / "cache")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = {"mp": 1, "b": 2, "l": 512, "dim": 1024}
+        qkv = p.predict("linear1", one)[0]
+        ffn = p.predict("linear3", one)[0]
+        assert qkv == pytest.approx(p.predict("linear", {**one, "role": "qkv"})[0])
+    # at 50 GFLOP/s: 2·1024 tokens·1024·3072 (qkv) and ·4096 (ffn_up) FLOPs
+    assert qkv == pytest.approx(2 * 1024 * 1024 * 3072 / 50e9 * 1e6, rel=0.1)
+    assert ffn == pytest.approx(2 * 1024 * 1024 * 4096 / 50e9 * 1e6, rel=0.1)

@@ -148,6 +148,19 @@ class Predictor:
                                    f"{', '.join(LINEAR_ROLES)}")
             rest = {k: v for k, v in shapes.items() if k != "role"}
             return LINEAR_ROLES[role], rest
+        name = ETT_NAMES.get(op, op)
+        return (name, shapes) if name in self.op_names else self._filed_as(op, shapes)
+
+    def _filed_as(self, op: str, shapes: Columns) -> tuple[str, Columns]:
+        """An alias the data has no model of, predicted by the op it files its rows under
+        (``linear1`` by a store's ``linear`` with role=qkv), as ``opatlas fit --op`` finds
+        them; else ``op`` as it is (its absence is said by the caller)."""
+        from opatlas.ops.registry import filed_as
+
+        for stored, values in filed_as(op, sorted(self.op_names)):
+            if values:
+                n = n_rows(shapes)
+                return stored, {**shapes, **{k: [v] * n for k, v in values.items()}}
         return ETT_NAMES.get(op, op), shapes
 
     def model(self, op: str, pass_: str, device: str | None = None, dtype: str | None = None
