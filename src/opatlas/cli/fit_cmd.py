@@ -434,11 +434,14 @@ def predict(
                                                      "mp=2,b=4. A parameter with a catalog "
                                                      "default (opatlas ops) may be left out: "
                                                      "the defaults used are said."),
-    device: str = typer.Option("NVIDIAA100-SXM4-80GB", "--device",
-                               help="The device whose samples the model is fitted on (any "
-                                    "name of a catalog device, or a name the data holds)."),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16, bf16 or fp32: the samples' "
-                                                      "precision."),
+    device: str | None = typer.Option(None, "--device",
+                                      help="The device whose samples the model is fitted on "
+                                           "(any name of a catalog device, or a name the data "
+                                           "holds; default NVIDIAA100-SXM4-80GB, or the one "
+                                           "device the data holds)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="fp16, bf16 or fp32: the samples' "
+                                                           "precision (default fp16, or the "
+                                                           "one the data holds)."),
     recipe: str | None = typer.Option(None, "--recipe", help="hybrid | gbm | ett: the model "
                                                              "fitted (as for opatlas fit; "
                                                              "default hybrid, with --models "
@@ -487,8 +490,12 @@ def predict(
         params["role"] = defaults["role"] = default_linear_role()
         typer.echo(f"opatlas: note: linear: no role given; using its default role="
                    f"{params['role']} (opatlas ops; --shape role=... picks another)", err=True)
-    pred = Predictor(device=device, dtype=dtype, recipe=recipe if models else recipe or "hybrid",
-                     data=data or "bundled", strict=strict, models=models)
+    pred = Predictor(device=device or "NVIDIAA100-SXM4-80GB", dtype=dtype or "fp16",
+                     recipe=recipe if models else recipe or "hybrid", data=data or "bundled",
+                     strict=strict, models=models)
+    if note := pred.take_only_holding(device, dtype):
+        typer.echo(f"opatlas: note: {note}", err=True)
+    device, dtype = pred.device, pred.dtype
     pred.check_device()
     # once, outside the passes: a bad linear role is an error of its own, not "no data"
     name, columns = pred.resolve_op(op, {k: [v] for k, v in params.items()})

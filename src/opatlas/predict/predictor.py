@@ -89,6 +89,24 @@ class Predictor:
         """Mask of the data rows measured on ``device`` (under any of its names) in ``dtype``."""
         return (self.device_keys == device_key(device)) & (self.data["dtype"] == dtype).to_numpy()
 
+    def holdings(self) -> list[tuple[str, str]]:
+        """The (device key, dtype) pairs the data or the saved models hold."""
+        return sorted({tuple(k.split("|")[2:4]) for k in self.index.meta["groups"]})
+
+    def take_only_holding(self, device: str | None, dtype: str | None) -> str | None:
+        """Where the device or dtype was not given (None) and the defaults have no data, but
+        the data holds one (device, dtype) that agrees with what was given: predict on it.
+        Returns the note that says so, None when nothing was chosen."""
+        if self.index.has_device(device_key(self.device), self.dtype):
+            return None
+        fits = [(d, t) for d, t in self.holdings()
+                if (device is None or d == device_key(device)) and dtype in (None, t)]
+        if len(fits) != 1 or (device is not None and dtype is not None):
+            return None
+        self.device, self.dtype = fits[0]
+        return (f"the data holds one device and dtype: {self.device} {self.dtype}, predicted on "
+                f"(--device, --dtype to name them)")
+
     def check_device(self, device: str | None = None, dtype: str | None = None) -> None:
         """Raise, naming what the data holds, when it has nothing for ``device`` in ``dtype``."""
         device, dtype = device or self.device, dtype or self.dtype
@@ -581,7 +599,7 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     """``["mp=2", "b=4", ...]`` (or ``["mp=2,b=4", ...]``) -> a shape: numbers (≥ 0, finite)
     for every parameter except the catalog's named ones (``role``, ``stage``, ...); each
     problem, a parameter given twice too, is one clear error."""
-    named, whole, _ = _param_kinds(op)
+    named, whole, known = _param_kinds(op)
     params: dict[str, Any] = {}
     for item in (part for given in items for part in given.split(",") if part.strip()):
         k, sep, v = (x.strip() for x in item.partition("="))
@@ -600,7 +618,8 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
             num = float(v)
         except ValueError:
             raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
-        if problem := number_problem(k, num, k in whole, shown=v):
+        # a size whose default is 0 ("not given": ffn, kv_heads, head_dim) takes 0 as that
+        if problem := number_problem(k, num, k in whole, zero_ok=known.get(k) == 0, shown=v):
             raise OpatlasError(f"--shape {item!r}: {problem}")
         params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
     return params
