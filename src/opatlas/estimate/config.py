@@ -46,6 +46,24 @@ def tp_split_rule(m: ModelConfig, tp: int) -> str | None:
             f"takes whole groups, as Megatron-Core requires; kv heads are not replicated)")
 
 
+def tokens_rule(micro_batch: int, seq_len: int) -> str | None:
+    """Why one micro-batch holds too many tokens, or None."""
+    if micro_batch * seq_len > MAX_TOKENS:
+        return (f"micro_batch {micro_batch} × seq_len {seq_len} tokens exceeds {MAX_TOKENS:,} "
+                f"in one micro-batch")
+    return None
+
+
+def ffn_split_rule(m: ModelConfig, tp: int) -> str | None:
+    """Why ``tp`` cannot split the FFN's width (Megatron-LM splits it over the tp ranks)."""
+    return f"ffn {m.ffn_width} not divisible by tp {tp}" if m.ffn_width % tp else None
+
+
+def moe_rule(m: ModelConfig, ep: int) -> str | None:
+    """Why expert parallelism ``ep`` needs another model, or None."""
+    return f"ep {ep} needs a MoE model (experts > 0)" if ep > 1 and not m.experts else None
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -231,20 +249,19 @@ class TrainConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         p, m, t = self.parallel, self.model, self.training
-        if t.micro_batch * m.seq_len > MAX_TOKENS:
-            raise ValueError(f"micro_batch {t.micro_batch} × seq_len {m.seq_len} tokens exceeds "
-                             f"{MAX_TOKENS:,} in one micro-batch")
+        if (why := tokens_rule(t.micro_batch, m.seq_len)) is not None:
+            raise ValueError(why)
         if (why := tp_split_rule(m, p.tp)) is not None:
             raise at_key("parallel.tp", p.tp, why)
-        if m.ffn_width % p.tp:  # Megatron-LM splits the FFN's width over the tp ranks
-            raise ValueError(f"ffn {m.ffn_width} not divisible by tp {p.tp}")
+        if (why := ffn_split_rule(m, p.tp)) is not None:
+            raise ValueError(why)
         if p.pp * p.virtual_stages > m.layers:
             raise ValueError(f"pp·virtual_stages {p.pp * p.virtual_stages} exceeds layers {m.layers}")
         if t.global_batch % (p.dp * t.micro_batch):
             raise ValueError(f"global_batch {t.global_batch} is not a multiple of "
                              f"dp·micro_batch = {p.dp * t.micro_batch}")
-        if p.ep > 1 and not m.experts:
-            raise ValueError(f"ep {p.ep} needs a MoE model (experts > 0)")
+        if (why := moe_rule(m, p.ep)) is not None:
+            raise ValueError(why)
         if p.ep > 1 and (m.experts % p.ep or p.dp % p.ep):
             raise ValueError(f"ep {p.ep} must divide both experts {m.experts} and dp {p.dp} "
                              f"(expert-parallel groups are formed inside data parallelism)")

@@ -16,7 +16,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from opatlas.errors import OpatlasError, SpecError
-from opatlas.estimate.config import MAX_TOKENS, TrainConfig, tp_split_rule
+from opatlas.estimate.config import (
+    TrainConfig,
+    ffn_split_rule,
+    moe_rule,
+    tokens_rule,
+    tp_split_rule,
+)
 from opatlas.estimate.engine import Estimate, estimate_many
 from opatlas.estimate.overrides import SOURCE as SET_SOURCE
 
@@ -160,8 +166,7 @@ def _never_valid(cfg: TrainConfig, gpus: int, key: str, value: object) -> str | 
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         return None  # a schedule, a recompute mode, a flag: only pairs of them conflict
     if key == "parallel.tp":
-        return tp_split_rule(m, value) or (
-            f"ffn {m.ffn_width} not divisible by tp {value}" if m.ffn_width % value else None)
+        return tp_split_rule(m, value) or ffn_split_rule(m, value)
     if key == "parallel.pp" and value > m.layers:
         return f"pp {value} exceeds the {m.layers} layers (each stage takes whole layers)"
     if key == "parallel.virtual_stages" and value > 1:
@@ -188,8 +193,8 @@ def _chunks_rule(layers: int, v: int) -> str | None:
 def _expert_rule(cfg: TrainConfig, gpus: int, ep: int) -> str | None:
     """Why expert parallelism ``ep`` > 1 is invalid for every layout, or None."""
     experts = cfg.model.experts
-    if not experts:
-        return f"ep {ep} needs a MoE model (experts > 0)"
+    if (why := moe_rule(cfg.model, ep)) is not None:
+        return why
     if experts % ep:
         return f"ep {ep} must divide experts {experts}"
     if gpus % ep:  # the expert-parallel groups are formed inside data parallelism
@@ -199,10 +204,9 @@ def _expert_rule(cfg: TrainConfig, gpus: int, ep: int) -> str | None:
 
 def _micro_batch_rule(cfg: TrainConfig, mb: int) -> str | None:
     """Why a held micro-batch is invalid for every layout, or None."""
-    seq, batch = cfg.model.seq_len, cfg.training.global_batch
-    if mb * seq > MAX_TOKENS:
-        return (f"micro_batch {mb} × seq_len {seq} tokens exceeds {MAX_TOKENS:,} in one "
-                f"micro-batch")
+    batch = cfg.training.global_batch
+    if (why := tokens_rule(mb, cfg.model.seq_len)) is not None:
+        return why
     if batch % mb:  # dp is a power of two unless held: the nearest batch dp·mb divides
         near = mb * 2 ** max(0, round(math.log2(batch / mb)))
         return (f"micro_batch {mb} must divide global_batch {batch} (dp·micro_batch must); "
