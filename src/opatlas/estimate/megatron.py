@@ -504,16 +504,25 @@ def _training(a: _Args, dp: int, notes: list[str]) -> dict[str, Any]:
     dtype = "bf16" if a.switch("bf16") else "fp16" if a.switch("fp16") else "fp32"
     if dtype == "fp32":
         notes.append("neither --bf16 nor --fp16: fp32 training")
-    # Megatron-LM accumulates and reduces gradients in fp32 under bf16 (it forces
-    # --accumulate-allreduce-grads-in-fp32), and under fp16 when the flag is given
-    grads_fp32 = dtype == "bf16" or a.switch("accumulate-allreduce-grads-in-fp32")
+    grads_fp32 = _grads_fp32(a, dtype)
     if grads_fp32 and dtype != "fp32":
         notes.append("gradients accumulated and reduced in fp32 (Megatron-LM's main_grad "
                      "under " + ("bf16" if dtype == "bf16" else
                                  "--accumulate-allreduce-grads-in-fp32") + ")")
+    elif dtype == "bf16":
+        notes.append("gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16)")
     return {"global_batch": global_batch, "micro_batch": micro, "dtype": dtype,
             "grads_fp32": grads_fp32,
             "grad_accumulation_fusion": not a.switch("no-gradient-accumulation-fusion")}
+
+
+def _grads_fp32(a: _Args, dtype: str) -> bool:
+    """Whether gradients are accumulated and reduced in fp32, as Megatron-LM's validate_args
+    decides: forced under bf16 unless --grad-reduce-in-bf16 (which wins over
+    --accumulate-allreduce-grads-in-fp32 there); under fp16 only when that flag is given
+    (--grad-reduce-in-bf16 does nothing outside bf16)."""
+    in_bf16, in_fp32 = a.switch("grad-reduce-in-bf16"), a.switch("accumulate-allreduce-grads-in-fp32")
+    return not in_bf16 if dtype == "bf16" else in_fp32
 
 
 def _parallel(a: _Args, model: ModelConfig, tp: int, gpus: int | None,

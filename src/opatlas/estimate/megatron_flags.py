@@ -86,7 +86,7 @@ no-align-param-gather ddp-num-buckets ddp-pad-buckets-for-high-nccl-busbw
 ddp-reduce-scatter-with-fp32-accumulation ddp-average-in-collective use-nccl-ub
 disable-symmetric-registration use-sharp sharp-enabled-group no-gradient-reduce-div-fusion
 no-contiguous-buffers-in-local-ddp
-grad-reduce-in-bf16 fp32-residual-connection
+fp32-residual-connection
 tp-comm-overlap tp-comm-overlap-cfg disable-tp-comm-overlap-ag disable-tp-comm-overlap-rs
 tp-comm-overlap-rs-dgrad disable-tp-comm-bulk-dgrad disable-tp-comm-bulk-wgrad
 tp-comm-bootstrap-backend disable-tp-comm-split-ag disable-tp-comm-split-rs
