@@ -33,13 +33,21 @@ def options_given(ctx: typer.Context, names: Iterable[str]) -> list[str]:
             if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")]
 
 
-def load_ops_modules(ops_modules: list[str] | None) -> None:
+def load_ops_modules(ops_modules: list[str] | None, strict: bool = False) -> None:
     """Register the ops of each ``--ops-module`` before any spec or data is read: a user op's
-    parameters, defaults and FLOPs come from its module."""
+    parameters, defaults and FLOPs come from its module. One that registers nothing is said
+    (an error under ``strict``): the ops the user meant to add are not there."""
+    from opatlas.errors import OpatlasError
     from opatlas.ops import load_ops_module
 
     for m in ops_modules or []:
-        load_ops_module(m)
+        if load_ops_module(m):
+            continue
+        why = (f"--ops-module {m}: registers no op (no class decorated with @register_op, no "
+               f"register_alias call)")
+        if strict:
+            raise OpatlasError(f"{why}; --strict")
+        typer.echo(f"opatlas: warning: {why}", err=True)
 
 
 def load(spec: str, ops_modules: list[str] | None) -> SweepSpec:

@@ -4,6 +4,7 @@ parameters, and ``y_us`` (the median time in µs)."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import sys
@@ -33,7 +34,7 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
             raise OpatlasError(f"op data {path}: a CSV of op samples is an estimate-train-time "
                                f"sample file named {{GPU}}_{{op}}_{{precision}}.csv (e.g. "
                                f"MyGPU_linear1_fp16.csv)")
-        df = _sample_rows(files)
+        df = _sample_rows([f for f in files if parse_sample_name(f) is not None])
         if df.empty:
             raise OpatlasError(f"no estimate-train-time sample CSVs under {path}")
     elif path.is_file():
@@ -107,14 +108,35 @@ def check_catalogued(frame: pd.DataFrame, source: str | Path,
 
 
 def _sample_rows(files: list[Path]) -> pd.DataFrame:
-    """The rows of estimate-train-time sample CSVs, repeated shapes merged per file."""
+    """The rows of estimate-train-time sample CSVs (named as such), repeated shapes merged
+    per file. A file lacking a column its catalog op needs, or holding no rows, is refused:
+    its rows would fit a model of another op (no ``dim``: no counts, no roofline), or none."""
     from opatlas.store.ett import merge_repeats, read_sample_file
 
-    rows = [r for f in files for r in merge_repeats(read_sample_file(f, counts=False))[0]]
+    rows = []
+    for f in files:
+        read = read_sample_file(f, counts=False)
+        if not read:
+            raise OpatlasError(_no_rows(f))
+        rows += merge_repeats(read)[0]
     return pd.DataFrame([{"op": r.op, "pass": r.pass_, "device": r.device, "dtype": r.dtype,
                           "params_json": r.params_json, "y_us": r.median_ns / 1000.0}
                          for r in rows],
                         columns=["op", "pass", "device", "dtype", "params_json", "y_us"])
+
+
+def _no_rows(path: Path) -> str:
+    """Why a sample CSV gave no rows: only its header, or no row with a time."""
+    from opatlas.store.ett import PASS_COLUMNS
+
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        header, *lines = [c for c in csv.reader(f) if any(x.strip() for x in c)] or [[]]
+    header = [c.strip() for c in header]
+    times = ", ".join(c for c in header if c in PASS_COLUMNS)
+    if not lines:
+        return (f"{path}: holds no rows, only its header ({', '.join(header)}); an "
+                f"estimate-train-time sample CSV has one row per sampled shape")
+    return f"{path}: holds no timed rows: each of its {len(lines)} row(s) leaves {times} empty"
 
 
 def shapes_of(df: pd.DataFrame) -> pd.DataFrame:
@@ -165,6 +187,7 @@ def data_device(data: pd.DataFrame, name: str, dtype: str):
     rows = data[(device_keys(data) == device_key(name)).to_numpy()
                 & (data["dtype"] == dtype).to_numpy()]
     flops, nbytes = op_counts(rows, dtype)
+    _check_countable(rows, name, flops, nbytes)
     dev = empirical_device(device_key(name), flops, nbytes, rows["y_us"].to_numpy(float) * 1e-6,
                            dtype)
     said = (device_key(name), dtype, len(rows), dev.peak(dtype), dev.bandwidth)
@@ -175,6 +198,24 @@ def data_device(data: pd.DataFrame, name: str, dtype: str):
                       f"{dev.bandwidth / 1e9:.0f} GB/s, best of {len(rows)} samples)",
                       UnknownDeviceWarning, stacklevel=2)
     return dev
+
+
+def _check_countable(rows: pd.DataFrame, name: str, flops: np.ndarray,
+                     nbytes: np.ndarray) -> None:
+    """Refuse a device outside the catalog whose rows have no counts because their ops are
+    outside it too: a user's op run without its ``--ops-module`` (its counts unrecorded) is
+    named, with the option, rather than said to lack counts."""
+    if (np.isfinite(flops) & np.isfinite(nbytes)).any():
+        return
+    ops = sorted(str(op) for op in rows["op"].unique() if not in_catalog(str(op)))
+    if ops:
+        one = len(ops) == 1
+        raise OpatlasError(
+            f"device {name!r} is not in the catalog and its data has no FLOP or byte counts "
+            f"to derive a roofline from: {'op' if one else 'ops'} {', '.join(map(repr, ops))} "
+            f"{'is' if one else 'are'} not in the op catalog; if "
+            f"{'it is an op' if one else 'they are ops'} of your own, pass the module that "
+            f"registers {'it' if one else 'them'} with --ops-module FILE")
 
 
 _SAID: set[tuple] = set()

@@ -87,6 +87,27 @@ def get_op(name: str) -> tuple[Op, dict[str, Any]]:
     raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(list_ops())}")
 
 
+def lacking_params(op: str, columns: list[str]) -> str | None:
+    """What ``columns`` lack of the parameters catalog op ``op`` (or alias) needs, those
+    without a default (``dim``, 'dim, which op 'linear1' (catalog op 'linear') needs: its
+    parameters are b, l, dim (optional: mp, ...)'), else None. Without one the op's counts
+    cannot be made and its model is a guess over the shape it has. An op outside the catalog
+    (estimate-train-time's ``optimizer``, a user's op without its module) is not checked:
+    its parameters are unknown."""
+    try:
+        cat, fixed = get_op(op)
+    except OpatlasError:
+        return None
+    needed = [p for p in cat.params if p not in fixed]
+    missing = [p for p in needed if p not in columns and p not in cat.defaults]
+    if not missing:
+        return None
+    optional = ", ".join(p for p in cat.defaults if p not in fixed and p not in needed)
+    alias = f" (catalog op {cat.name!r})" if cat.name != op else ""
+    return (f"{', '.join(missing)}, which op {op!r}{alias} needs: its parameters are "
+            f"{', '.join(needed)}" + (f" (optional: {optional})" if optional else ""))
+
+
 def filed_as(name: str, stored: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
     """Where data lacking ``name`` files its rows: each of the ``stored`` names that is the
     same catalog op (``linear`` for ``linear1``; ``flash_atten`` for ``flash_attention``) and
@@ -149,15 +170,25 @@ def list_ops(include_aliases: bool = False) -> list[str]:
     return sorted(names)
 
 
-def load_ops_module(path: str | Path) -> None:
-    """Import a user's module (a file path or a dotted name) so that its ops register."""
+def load_ops_module(path: str | Path) -> bool:
+    """Import a user's module (a file path or a dotted name) so that its ops register; False
+    when a first import registered no op or alias (a module imported before: True)."""
+    _load_builtins()  # a user module's clash check loads them anyway: keep them out of the count
+    before = ({n: id(o) for n, o in _OPS.items()}, dict(_ALIASES))
+    if not _import_ops_module(path):
+        return True
+    return before != ({n: id(o) for n, o in _OPS.items()}, dict(_ALIASES))
+
+
+def _import_ops_module(path: str | Path) -> bool:
+    """Import ``path``; False when it was imported already (nothing ran)."""
     p = Path(path)
     if p.suffix == ".py" or p.exists():
         if not p.is_file():
             raise OpatlasError(f"--ops-module {path}: no such file")
         mod_name = f"{USER_MODULE}{abs(hash(str(p.resolve())))}"
         if mod_name in sys.modules:
-            return
+            return False
         spec = importlib.util.spec_from_file_location(mod_name, p)
         if spec is None or spec.loader is None:
             raise OpatlasError(f"--ops-module {path}: cannot be imported")
@@ -168,6 +199,8 @@ def load_ops_module(path: str | Path) -> None:
         except Exception as exc:
             del sys.modules[mod_name]  # a fixed file is imported again, not taken as loaded
             raise _import_error(str(path), exc) from None
+    elif str(path) in sys.modules:
+        return False
     else:
         try:
             importlib.import_module(str(path))
@@ -178,6 +211,7 @@ def load_ops_module(path: str | Path) -> None:
             raise _import_error(str(path), exc) from None
         except Exception as exc:
             raise _import_error(str(path), exc) from None
+    return True
 
 
 def _import_error(path: str, exc: Exception) -> OpatlasError:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from opatlas.errors import StoreError
-from opatlas.ops.registry import catalog_counts
+from opatlas.ops.registry import catalog_counts, lacking_params
 from opatlas.samples import bundled_dataset, filed_device_name, parse_sample_name
 from opatlas.store.db import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
@@ -51,6 +51,9 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
     shape_cols = [c for c in header if c not in pass_cols]
     kind = "nccl" if {"shape", "nodes", "GPUsPerNode"} <= set(header) else "op"
     op = f"nccl.{meta['op']}" if kind == "nccl" else meta["op"]
+    if kind == "op" and (lacking := lacking_params(op, shape_cols)):
+        # its rows would be filed under a shape the op's counts cannot be made from
+        raise StoreError(f"{path}: no column {lacking}")
     shapes = _shape_values(path, header, lines, shape_cols)
     times = [(col, header.index(col)) for col in pass_cols]
     rows = []
@@ -184,8 +187,9 @@ def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
         raise StoreError(f"{directory} is not a directory of estimate-train-time CSVs")
     added: dict[str, int] = {}
     samples = [p for p in sorted(directory.rglob("*.csv")) if parse_sample_name(p)]
-    for path in samples:
-        rows, repeated = merge_repeats(read_sample_file(path))
+    # every file read (and checked) before any is added: a bad one leaves the store as it was
+    read = [(path, *merge_repeats(read_sample_file(path))) for path in samples]
+    for path, rows, repeated in read:
         if repeated:
             print(f"opatlas: note: {rows[0].op} ({path.name}): {repeated} shape(s) appear "
                   f"more than once; each is stored once, with the median (and mean, min, "
