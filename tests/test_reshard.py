@@ -229,13 +229,13 @@ def test_export_tt_and_import_tt_round_trip(tmp_path):
     files = export_tt(vecs, tmp_path / "vectors_export")
     assert [f.relative_to(tmp_path).as_posix() for f in files] == [
         "vectors_export/1x1/reshard-1x1-1x2.json"]
-    suite = json.loads(files[0].read_text())["1x1-1x2-bfloat16"]
+    suite = json.loads(files[0].read_text())["1x1-1x2-DataType.BFLOAT16"]
     first = next(iter(suite.values()))
     assert first["input_shard_strategy"].startswith("ShardStrategy.")
     assert first["validity"] == "VectorValidity.VALID" and len(first["input_hash"]) == 56
     assert {json.dumps(deserialize(v), sort_keys=True) for v in suite.values()} == \
         {json.dumps(dict(v.params), sort_keys=True) for v in vecs}
-    results = [{"sweep_name": "reshard", "suite_name": "1x1-1x2-bfloat16", "vector_id": h,
+    results = [{"sweep_name": "reshard", "suite_name": "1x1-1x2-DataType.BFLOAT16", "vector_id": h,
                 "input_hash": h, "status": "TestStatus.PASS", "message": "",
                 "device_perf": {"DEVICE KERNEL DURATION [ns]": 1000.0 + i,
                                 "DEVICE KERNEL DURATION [ns]_std": 3.0, "runs": 10}}

@@ -41,7 +41,9 @@ def calibrate(
     csv_to_stdout = report_csv is not None and str(report_csv) == "-"
     one_to_stdout({"--report-csv -": csv_to_stdout, "--report": report})
     cal = run(models, split=split, max_groups=groups)
-    cal.params.save(out)
+    cal.params.save(out, notes=cal.notes())
+    for b in cal.at_bounds:
+        typer.echo(f"opatlas: warning: {b.warning()}", err=True)
     if report_csv is not None:
         from opatlas.tables import write_table
 
@@ -111,7 +113,7 @@ def reblock(
     from opatlas.errors import OpatlasError
     from opatlas.tenstorrent.reblock import reblock as view
     from opatlas.tenstorrent.reshard import is_tilable
-    from opatlas.tenstorrent.sim import WormholeParams
+    from opatlas.tenstorrent.sim import WormholeParams, calibrated_params, check_l1
 
     strategy = _strategy(strategy)
     grids = [_grid("--producer", producer, rows_first), _grid("--consumer", consumer, rows_first)]
@@ -120,6 +122,8 @@ def reblock(
             raise OpatlasError(f"{height}x{width} tiles cannot be {strategy}-sharded on grid "
                                f"{g[0]}x{g[1]} (columns x rows) in whole tiles")
     sim = None if params is None else WormholeParams.load(params, f"--params {params}")
+    for option, text, g in (("--producer", producer, grids[0]), ("--consumer", consumer, grids[1])):
+        check_l1(height, width, g, f"{option} {text}", sim or calibrated_params())
     out = view(height, width, grids[0], grids[1], strategy, params=sim).as_json()
     out["params"] = "bundled calibrated" if params is None else str(params)
     if rows_first:  # the grids back in the notation they were given in

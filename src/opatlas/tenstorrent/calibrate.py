@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,10 @@ from opatlas.tenstorrent.sim import WormholeParams
 
 PER_GROUP = 8
 MIN_HW_NS = 500.0  # below any real launch time a point on a hardware line is a fit artefact
+# the box the fit searches, per free parameter in ``sim.FREE``'s order and unit
+LOWER = (8.0, 8.0, 1e-3, 1e-3, 1e-4, 1e-3, 30.0, 1e-4, 50.0, 1.0)
+UPPER = (64.0, 64.0, 2000.0, 2000.0, 200.0, 2000.0, 1e5, 100.0, 5000.0, 64.0)
+BOUND_TOL = 1e-3  # a fitted value within 0.1% of a bound is at it
 
 
 def bundled_models() -> Path:
@@ -250,8 +254,7 @@ def fit_params(train: Samples, base: WormholeParams | None = None) -> WormholePa
     base = base or WormholeParams()
     y = np.log(train.target_ns)
     hw = np.log(train.groups["hw_ns_per_tile"].to_numpy())
-    lo = np.log([8.0, 8.0, 1e-3, 1e-3, 1e-4, 1e-3, 30.0, 1e-4, 50.0, 1.0])
-    hi = np.log([64.0, 64.0, 2000.0, 2000.0, 200.0, 2000.0, 1e5, 100.0, 5000.0, 64.0])
+    lo, hi = np.log(LOWER), np.log(UPPER)
 
     def loss(theta: np.ndarray) -> float:
         p = base.with_free(np.exp(np.clip(theta, lo, hi)))
@@ -298,12 +301,49 @@ def summarise(rep: pd.DataFrame) -> dict[str, Any]:
             "by_degree": by_degree, "by_strategy": table(["in", "out"])}
 
 
+@dataclass(frozen=True)
+class AtBound:
+    """A fitted parameter that landed on a bound of the search (``side``: lower or upper)."""
+
+    name: str
+    value: float
+    bound: float
+    side: str
+
+    def warning(self) -> str:
+        unit = sim.MEANING[self.name][1]
+        return (f"{self.name} = {self.value:.7g} {unit} is at the {self.side} bound "
+                f"{self.bound:g} of the calibration's search: the fitted value stands in for "
+                f"effects the model lacks, not a physical bandwidth or cost of the chip")
+
+
+def at_bounds(p: WormholeParams) -> list[AtBound]:
+    """The free parameters of ``p`` within ``BOUND_TOL`` (relative) of a search bound."""
+    hits = []
+    for name, lo, hi in zip(sim.FREE, LOWER, UPPER, strict=True):
+        v = float(getattr(p, name))
+        for bound, side in ((lo, "lower"), (hi, "upper")):
+            if abs(v - bound) <= BOUND_TOL * bound:
+                hits.append(AtBound(name, v, bound, side))
+    return hits
+
+
 @dataclass
 class Calibration:
     split: Split
     params: WormholeParams
     train: pd.DataFrame   # per-group report on the calibration groups
     test: pd.DataFrame    # per-group report on the test groups
+    at_bounds: list[AtBound] = field(default_factory=list)  # fitted values on a search bound
+
+    def notes(self) -> dict[str, dict[str, Any]]:
+        """What a parameters file records of the fit (``sim.NOTES``): each parameter at a
+        bound, with the bound and the warning."""
+        if not self.at_bounds:
+            return {}
+        return {"at_search_bound": {b.name: {"value": b.value, "bound": b.bound,
+                                             "side": b.side, "warning": b.warning()}
+                                    for b in self.at_bounds}}
 
 
 def calibrate(models_path: str | Path | None = None, split: str = "x",
@@ -321,7 +361,7 @@ def calibrate(models_path: str | Path | None = None, split: str = "x",
     train = s.take(train_mask)
     params = fit_params(train)
     return Calibration(sp, params, group_report(train, params),
-                       group_report(s.take(test_mask), params))
+                       group_report(s.take(test_mask), params), at_bounds(params))
 
 
 def format_report(cal: Calibration) -> str:
@@ -332,6 +372,8 @@ def format_report(cal: Calibration) -> str:
     for k in sim.FREE:
         meaning, unit = sim.MEANING[k]
         lines.append(f"  {k:22s} {getattr(cal.params, k):10.4g} {unit:17s} {meaning}")
+    if cal.at_bounds:
+        lines += ["", "at a bound of the search:"] + [f"  {b.warning()}" for b in cal.at_bounds]
     for name, rep in (("calibration groups", cal.train), ("test groups", cal.test)):
         s = summarise(rep)
         lines += ["", f"{name}: {s['groups']} groups, sim/hw ns per tile: median factor "

@@ -17,7 +17,12 @@ from typing import Any
 import numpy as np
 
 TILE = 32
-DATUM_SIZE = {"bfloat16": 2, "bfloat8_b": 1, "float32": 4}
+DATUM_SIZE = {"bfloat16": 2, "bfloat8_b": 1, "float32": 4}  # the seed's, for its L1 rule
+# bytes of one 32x32 tile in each data format (tt-metal's TileSize; a NoC page): a bfp8_b tile
+# is 1024 one-byte mantissas plus 64 bytes of shared exponents, one per 16 values
+# (tt-metalium constants.hpp: BFLOAT8_B_TILE_HW = TILE_HW + 64)
+TILE_BYTES = {"bfloat16": 2 * TILE * TILE, "bfloat8_b": TILE * TILE + 64,
+              "float32": 4 * TILE * TILE}
 STRATEGIES = ("BLOCK", "WIDTH", "HEIGHT")
 ORIENTATION = "ROW_MAJOR"
 GRID = range(1, 9)
@@ -66,9 +71,34 @@ def is_tilable(ht: np.ndarray | int, wt: np.ndarray | int, x: int, y: int, strat
     raise ValueError(f"unknown shard strategy {strategy!r}")
 
 
-def fits_l1(ht: Any, wt: Any, x: int, y: int, dtype: str = "bfloat16") -> Any:
-    """The seed's rule: DATUM_SIZE·H·W ≤ 1 MiB · x · y."""
-    return DATUM_SIZE[dtype] * (ht * TILE) * (wt * TILE) <= L1_BUDGET * x * y
+def fits_l1(ht: Any, wt: Any, x: int, y: int, dtype: str = "bfloat16", budget: int = L1_BUDGET,
+            tile_bytes: int | None = None) -> Any:
+    """The seed's rule: DATUM_SIZE·H·W ≤ 1 MiB · x · y, i.e. an even shard's bytes per core
+    within ``budget``. The simulator passes the chip's L1 as ``budget`` and the data format's
+    tile size as ``tile_bytes`` (default: the seed's DATUM_SIZE · 32 · 32)."""
+    tile = DATUM_SIZE[dtype] * TILE * TILE if tile_bytes is None else tile_bytes
+    return tile * ht * wt <= budget * x * y
+
+
+def suite_name(in_grid: str, out_grid: str, dtype: str = "bfloat16") -> str:
+    """tt-metal's suite name, ``f"{in}-{out}-{dtype}"`` with ``str(ttnn.bfloat16)``, i.e.
+    ``"1x4-4x1-DataType.BFLOAT16"`` (what its fit_models.py selects)."""
+    return f"{in_grid}-{out_grid}-DataType.{str(dtype).upper()}"
+
+
+def shape_tiles(shape: Any) -> tuple[int, int]:
+    """(height, width) in tiles of a tensor shape as ttnn shards it: every dim but the last
+    folds into the height (``[6, 1, 1024, 2048]`` shards as ``[6144, 2048]``). A ValueError
+    naming the shape unless it is two or more positive integers, the last two whole tiles."""
+    dims = list(shape) if isinstance(shape, list | tuple | np.ndarray) else None
+    if dims is None or len(dims) < 2:
+        raise ValueError(f"shape {shape!r} is not a list of two or more dims")
+    if not all(isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0
+               for d in dims):
+        raise ValueError(f"shape {dims} has a dim that is not a positive integer")
+    if dims[-2] % TILE or dims[-1] % TILE:
+        raise ValueError(f"shape {dims} is not a whole number of tiles")
+    return int(np.prod(dims[:-1], dtype=object)) // TILE, int(dims[-1]) // TILE
 
 
 def invalid_reason(ht: int, wt: int, gin: tuple[int, int], gout: tuple[int, int], sin: str,
@@ -116,7 +146,7 @@ class Suite:
 
     @property
     def name(self) -> str:
-        return f"{grid_name(*self.gin)}-{grid_name(*self.gout)}-bfloat16"
+        return suite_name(grid_name(*self.gin), grid_name(*self.gout))
 
     def __len__(self) -> int:
         return len(self.ht)

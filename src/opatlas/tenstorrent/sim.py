@@ -42,7 +42,7 @@ import numpy as np
 
 from opatlas.tenstorrent import noc
 from opatlas.tenstorrent.plan import CorePlan, core_plan
-from opatlas.tenstorrent.reshard import DATUM_SIZE, TILE
+from opatlas.tenstorrent.reshard import TILE_BYTES, fits_l1
 
 FREE = ("port_bytes_per_cycle", "link_bytes_per_cycle", "tx_ns", "req_ns", "hop_ns",
         "link_req_ns", "mesh_byte_hops_per_cycle", "mesh_req_hop_ns", "launch_ns", "overlap_p")
@@ -67,6 +67,11 @@ MEANING = {
     "overlap_p": ("p-norm joining RISC, source-port, link and mesh times (1: add, ∞: max)",
                   "-"),
 }
+
+
+# the key of a parameters file under which `opatlas calibrate` says what it found of the fit
+# (parameters at a bound of its search): not a parameter
+NOTES = "calibration_notes"
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,13 @@ class WormholeParams:
         """Bytes per ns over one NoC link."""
         return self.link_bytes_per_cycle * self.aiclk_ghz
 
-    def save(self, path: str | Path, option: str = "--out") -> None:
+    def save(self, path: str | Path, option: str = "--out",
+             notes: dict[str, Any] | None = None) -> None:
+        """The parameters by name, plus ``notes`` (what the calibration says of them) under
+        ``NOTES``, which ``load`` reads past."""
         from opatlas.atomic import write_output
 
-        text = json.dumps(asdict(self), indent=1)
+        text = json.dumps({**asdict(self), **({NOTES: notes} if notes else {})}, indent=1)
         write_output(path, lambda tmp: tmp.write_text(text), option)
 
     @classmethod
@@ -121,6 +129,7 @@ class WormholeParams:
             raise OpatlasError(f"{name}: holds a {type(raw).__name__}, not the parameters by "
                                f"name (opatlas calibrate --out writes them)")
         known = {f.name for f in fields(cls)}
+        raw.pop(NOTES, None)
         unknown = sorted(set(raw) - known)
         if unknown:
             print(f"opatlas: {name}: ignoring parameters this simulator no longer has: "
@@ -255,9 +264,11 @@ class SimResult:
 
 def simulate(ht: int, wt: int, gin: tuple[int, int], sin: str, gout: tuple[int, int], sout: str,
              p: WormholeParams | None = None, dtype: str = "bfloat16") -> SimResult:
-    """Simulated kernel time of one reshard (``ht`` × ``wt`` tiles, grids as (x, y))."""
+    """Simulated kernel time of one reshard (``ht`` × ``wt`` tiles, grids as (x, y)), as if
+    the kernel ran: an identical memory config runs none (:func:`identical`); one page is a
+    tile of the data format (``TILE_BYTES``: a bfloat8_b tile is 1088 bytes)."""
     p = p or WormholeParams()
-    page = TILE * TILE * DATUM_SIZE[dtype]
+    page = TILE_BYTES[dtype]
     plan = core_plan(ht, wt, gin, sin, gout, sout)
     ld = loads(flows(plan), page, p.burst_bytes)
     per_risc = risc_ns(p, ld.reads, ld.requests, ld.request_hops, ld.bytes)
@@ -284,35 +295,64 @@ def calibrated_params() -> WormholeParams:
     return WormholeParams.load(str(f))
 
 
+def identical(gin: tuple[int, int], sin: str, gout: tuple[int, int], sout: str,
+              in_orientation: str = "ROW_MAJOR", out_orientation: str = "ROW_MAJOR") -> bool:
+    """Whether the two memory configs are the same (grid, strategy and orientation; the shard
+    shape follows from them): ttnn's ``to_memory_config`` then returns the tensor unchanged,
+    runs no kernel and takes 0 ns. The seed's sweep never measures such a pair."""
+    return (tuple(gin), sin, in_orientation) == (tuple(gout), sout, out_orientation)
+
+
+def check_l1(ht: int, wt: int, grid: tuple[int, int], side: str, p: WormholeParams,
+             dtype: str = "bfloat16") -> None:
+    """InvalidShape unless an even shard of ``ht`` × ``wt`` tiles on ``grid`` fits in a core's
+    L1 (``p.l1_bytes``): the sweep's "Will not fit in L1" rule (``reshard.fits_l1``) with the
+    chip's L1 and the data format's tile size; ``side`` names the grid in the message."""
+    from opatlas.console import counted
+    from opatlas.errors import InvalidShape
+
+    tile, cores = TILE_BYTES[dtype], grid[0] * grid[1]
+    if not fits_l1(ht, wt, grid[0], grid[1], budget=p.l1_bytes, tile_bytes=tile):
+        raise InvalidShape(f"{side}: {ht}x{wt} tiles of {tile} B over {counted(cores, 'core')} "
+                           f"put {tile * ht * wt // cores} bytes on each core, and a core's L1 holds "
+                           f"{p.l1_bytes} bytes (l1_bytes): will not fit in L1")
+
+
 def reshard_time_ns(input_shape: tuple[int, ...] | list[int], in_grid: str | tuple[int, int],
                     in_strategy: str, out_grid: str | tuple[int, int], out_strategy: str,
                     dtype: str = "bfloat16", params: WormholeParams | None = None) -> float:
     """Predicted device kernel time (ns) of an L1-sharded reshard on Wormhole B0.
 
-    ``input_shape``: the tensor's shape in elements (the last two dims are tiled 32 × 32);
+    ``input_shape``: the tensor's shape in elements; as ttnn shards it, every dim but the last
+    folds into the height (``[6, 1, 1024, 2048]`` is ``[1, 1, 6144, 2048]``), tiled 32 × 32;
     grids as ``"XxY"`` or ``(x, y)`` (x columns, y rows); strategies ``BLOCK``, ``WIDTH`` or
     ``HEIGHT`` (``ShardStrategy.`` prefixes and ``_SHARDED`` suffixes accepted); ``params``
-    defaults to the calibrated ones. Raises ``InvalidShape`` if the tensor does not shard
-    evenly in whole tiles."""
+    defaults to the calibrated ones. The same grid and strategy on both sides is 0 ns: ttnn
+    returns the tensor unchanged (:func:`identical`). Raises ``InvalidShape`` if the shape is
+    not positive whole tiles, does not shard evenly, or a shard does not fit in a core's L1."""
     from opatlas.errors import InvalidShape
-    from opatlas.tenstorrent.reshard import is_tilable, parse_grid
+    from opatlas.tenstorrent.reshard import is_tilable, parse_grid, shape_tiles
 
     gin = parse_grid(in_grid) if isinstance(in_grid, str) else tuple(in_grid)
     gout = parse_grid(out_grid) if isinstance(out_grid, str) else tuple(out_grid)
     sin, sout = _strategy(in_strategy), _strategy(out_strategy)
-    if dtype not in DATUM_SIZE:
-        raise InvalidShape(f"reshard dtype {dtype!r} is not one of {sorted(DATUM_SIZE)}")
-    h, w = int(input_shape[-2]), int(input_shape[-1])
-    if h % TILE or w % TILE:
-        raise InvalidShape(f"reshard shape {list(input_shape)} is not a whole number of tiles")
-    ht, wt = h // TILE, w // TILE
+    if dtype not in TILE_BYTES:
+        raise InvalidShape(f"reshard dtype {dtype!r} is not one of {sorted(TILE_BYTES)}")
+    try:
+        ht, wt = shape_tiles(input_shape)
+    except ValueError as exc:
+        raise InvalidShape(f"reshard {exc}") from None
+    p = params or calibrated_params()
     for g, s, side in ((gin, sin, "input"), (gout, sout, "output")):
         if not (0 < g[0] <= noc.GRID and 0 < g[1] <= noc.GRID):
             raise InvalidShape(f"reshard {side} grid {g[0]}x{g[1]} is outside the 8x8 grid")
         if not is_tilable(ht, wt, g[0], g[1], s):
             raise InvalidShape(f"reshard {side}: {ht}x{wt} tiles cannot be {s}-sharded evenly "
                                f"on grid {g[0]}x{g[1]}")
-    return simulate(ht, wt, gin, sin, gout, sout, params or calibrated_params(), dtype).time_ns
+        check_l1(ht, wt, g, f"reshard {list(input_shape)} {side} grid {g[0]}x{g[1]}", p, dtype)
+    if identical(gin, sin, gout, sout):
+        return 0.0
+    return simulate(ht, wt, gin, sin, gout, sout, p, dtype).time_ns
 
 
 def _strategy(s: str) -> str:

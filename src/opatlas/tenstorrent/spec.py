@@ -27,8 +27,11 @@ SUITE_SIZE = 9 * len(rs.SHAPE_STEPS) ** 2
 
 
 def _tiles(p: Mapping[str, Any]) -> tuple[int, int]:
-    shape = p["input_shape"]
-    return int(shape[-2]) // rs.TILE, int(shape[-1]) // rs.TILE
+    """(height, width) in tiles, every dim but the last folded into the height as ttnn does."""
+    try:
+        return rs.shape_tiles(p["input_shape"])
+    except ValueError as exc:
+        raise InvalidShape(f"reshard input_shape: {exc}") from None
 
 
 def _reason(p: Mapping[str, Any]) -> str | None:
@@ -56,7 +59,7 @@ class Reshard(Op):
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
         ht, wt = _tiles(p)
-        return {"fwd": 2.0 * ht * wt * rs.TILE * rs.TILE * rs.DATUM_SIZE[p["dtype"]]}
+        return {"fwd": 2.0 * ht * wt * rs.TILE_BYTES[p["dtype"]]}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
         ht, wt = _tiles(p)

@@ -1,8 +1,10 @@
 """tt-metal sweep-framework files: the seed's vector export layout, and its result JSON.
 
 Export: ``vectors_export/<in_grid>/reshard-<in_grid>-<out_grid>.json`` holding
-``{suite_name: {input_hash: vector}}``; every parameter serialised as the framework does
-(``str(obj)``: ``"ShardStrategy.BLOCK"``, ``"[1, 1, 64, 96]"``, ``"ttnn.CoreGrid(x=2, y=1)"``),
+``{suite_name: {input_hash: vector}}`` (suite names as tt-metal's sweep builds them:
+``"1x4-4x1-DataType.BFLOAT16"``; the import reads no suite name, so any spelling imports);
+every parameter serialised as the framework does (``str(obj)``: ``"ShardStrategy.BLOCK"``,
+``"[1, 1, 64, 96]"``, ``"ttnn.CoreGrid(x=2, y=1)"``),
 plus ``suite_name``, ``validity``, ``invalid_reason``, ``status``, ``sweep_name``, ``timestamp``,
 ``input_hash`` (sha224 of ``str()`` of the serialised parameters) and ``tag``.
 Results: a JSON list of ``{sweep_name, suite_name, vector_id, input_hash, status, message,
@@ -24,6 +26,7 @@ from opatlas.console import counted
 from opatlas.errors import OpatlasError
 from opatlas.store import ResultRow, Store
 from opatlas.sweep import params_json, vector_id
+from opatlas.tenstorrent.reshard import suite_name
 
 SWEEP_NAME = "data_movement.reshard.reshard"
 EXPORT_OP = "reshard"
@@ -96,7 +99,7 @@ def export_tt(vectors: list, outdir: str | Path,
     tag = getpass.getuser()
     for v in vectors:
         p = v.params
-        suite = f"{p['input_core_grid']}-{p['output_core_grid']}-{p['dtype']}"
+        suite = suite_name(p["input_core_grid"], p["output_core_grid"], p["dtype"])
         path = outdir / p["input_core_grid"] / \
             f"reshard-{p['input_core_grid']}-{p['output_core_grid']}.json"
         ser = serialize(dict(p))
