@@ -1,5 +1,6 @@
-"""Whether the op catalog knows an op, and the refusal of a user's own op whose
-``--ops-module`` is not loaded (numpy-free and pandas-free: the estimator's warm path asks it)."""
+"""Whether the op catalog knows an op, the refusal of a user's own op whose ``--ops-module`` is
+not loaded, and the note on a device outside the device catalog (numpy-free and pandas-free:
+the estimator's warm path asks them)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def module_needed(ops: list[str], why: str, hint: str = "") -> OpatlasError:
                         f"--ops-module FILE, the module that registers "
                         f"{'it' if one else 'them'} (as given to opatlas run), for "
                         f"{'its' if one else 'their'} defaults and counts{hint}")
+
+
+def unknown_device_note(name: str, peak: float, bandwidth: float, dtype: str,
+                        samples: int | None) -> str:
+    """The one line that says a device outside the device catalog is described by what its
+    own data attains (its roofline), whether its models are fitted now or loaded: the best
+    FLOP/s and bytes/s of ``samples`` rows (None: not known, for models saved without it)."""
+    of = f", best of {samples} samples" if samples else ""
+    return (f"device {name!r} is not in the catalog: described by what its own data attains "
+            f"({peak / 1e12:.1f} TFLOP/s {dtype}, {bandwidth / 1e9:.0f} GB/s{of})")

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import platformdirs
 
 from opatlas.atomic import atomic_path, write_atomic
@@ -21,8 +22,9 @@ from opatlas.atomic import atomic_path, write_atomic
 # does), each group's row count and the range of each numeric parameter; 4: a parameter some
 # rows of an op leave out is its catalog default (fit.data.with_defaults), in ranges too; 5:
 # each group says whether its rows carry recorded counts, and the index what the catalog knew
-# of each op (the defaults filled in), so loading an --ops-module re-indexes
-INDEX_REVISION = "5"
+# of each op (the defaults filled in), so loading an --ops-module re-indexes; 6: each group's
+# least measured time (the latency floor of predictions)
+INDEX_REVISION = "6"
 
 
 def _source_path(source: str | Path) -> Path:
@@ -93,6 +95,13 @@ def _categories(shapes: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in seen.items()}
 
 
+def _least_us(rows: Any) -> float | None:
+    """The least positive time (µs) among ``rows``: no kernel of theirs took less."""
+    y = rows["y_us"].to_numpy(float)
+    y = y[np.isfinite(y) & (y > 0)]
+    return float(y.min()) if len(y) else None
+
+
 def _counted(rows: Any) -> bool:
     """Whether ``rows`` carry the counts (FLOPs) ``opatlas run`` recorded: their op was in the
     catalog when measured (:func:`opatlas.fit.data.uncatalogued`)."""
@@ -144,6 +153,7 @@ class DataIndex:
                                                         "categories": _categories(shapes),
                                                         "ranges": _ranges(shapes),
                                                         "rows": len(rows),
+                                                        "least_us": _least_us(rows),
                                                         "counted": _counted(rows)}
         ops = sorted(map(str, frame["op"].unique()))
         meta = {"fingerprint": fingerprint(self.source), "groups": groups, "ops": ops,
@@ -174,3 +184,18 @@ class DataIndex:
 
     def has_device(self, device_key: str, dtype: str) -> bool:
         return any(k.split("|")[2:] == [device_key, dtype] for k in self.meta["groups"])
+
+    def _device_groups(self, device_key: str, dtype: str) -> list[dict[str, Any]]:
+        return [g for k, g in self.meta["groups"].items()
+                if k.split("|")[2:] == [device_key, dtype]]
+
+    def floor_us(self, device_key: str, dtype: str) -> float | None:
+        """The least time any op took on the device in ``dtype``: a kernel's launch and
+        completion cost at least that much there, so no prediction goes below it."""
+        least = [g["least_us"] for g in self._device_groups(device_key, dtype)
+                 if g.get("least_us") is not None]
+        return min(least, default=None)
+
+    def samples(self, device_key: str, dtype: str) -> int:
+        """The rows the data holds of the device in ``dtype`` (all ops and passes)."""
+        return sum(int(g.get("rows") or 0) for g in self._device_groups(device_key, dtype))

@@ -57,6 +57,7 @@ class Predictor:
         self.device, self.dtype, self.data_source = device, dtype, models or data
         self.strict = strict
         self._said: set[tuple[str, str]] = set()
+        self._said_devices: set[tuple[str, str]] = set()  # outside the catalog, said once
         self.registry = ModelRegistry(cache_dir)
         self.index: DataIndex | SavedModels = \
             SavedModels(Path(models), (recipe,) if recipe else SAVED_ORDER) if models else \
@@ -66,6 +67,7 @@ class Predictor:
         self._models: dict[tuple[str, str, str, str], OpModel] = {}
         self._params: dict[tuple[str, str, str, str], list[str]] = {}
         self._devices: dict[tuple[str, str], Device] = {}
+        self._floors: dict[tuple[str, str], float | None] = {}
 
     @property
     def data(self) -> pd.DataFrame:
@@ -132,7 +134,8 @@ class Predictor:
             if dev is None:
                 from opatlas.fit.data import data_device
 
-                dev = data_device(self.data, device, dtype)
+                dev = data_device(self.data, device, dtype)  # says what describes it
+                self._said_devices.add(key)
             self._devices[key] = dev
         return self._devices[key]
 
@@ -215,14 +218,60 @@ class Predictor:
             if isinstance(self.index, SavedModels):
                 model = self.index.model(op, pass_, device, dtype)
                 self._check_catalog(op, uses_counts(model))
+                self._check_counts(op, pass_, model, group)
             else:
                 self._check_catalog(op, bool(group.get("counted")))
                 self._check_rows(op, pass_, device, dtype, group)
                 model = self._load_or_fit(op, pass_, device, dtype, group, fit)
             if model is None:
                 return None
+            self._say_device(device, dtype, model, group)
             self._models[key] = model
         return self._models[key]
+
+    def _say_device(self, device: str, dtype: str, model: OpModel, group: dict) -> None:
+        """Say, once per device and dtype, that a device outside the catalog is described by
+        its own data, as fitting says it (:func:`opatlas.fit.data.data_device`): a model
+        loaded from the cache or a ``--models`` folder rests on that description too."""
+        if (device, dtype) in self._said_devices or find_device(device) is not None:
+            return
+        from opatlas.fit.catalog import unknown_device_note
+        from opatlas.fit.data import UnknownDeviceWarning
+
+        self._said_devices.add((device, dtype))
+        samples = group.get("device_samples") if isinstance(self.index, SavedModels) else \
+            self.index.samples(device, dtype)
+        warnings.warn(unknown_device_note(device, model.device.peak(dtype),
+                                          model.device.bandwidth, dtype, samples),
+                      UnknownDeviceWarning, stacklevel=4)
+
+    def _check_counts(self, op: str, pass_: str, model: OpModel, saved: dict) -> None:
+        """Refuse a saved model of a user's op (its ``--ops-module``) whose inputs, the op's
+        counts and features at the shapes it was fitted on, differ from what the module loaded
+        now gives: it would correct another base, predicting wrong times silently. A model
+        saved without those shapes (an older opatlas) is checked by the module's digest and,
+        where that changed, loaded with a note (refused when strict)."""
+        now = user_op_revision(op)
+        if not now or not uses_counts(model) or saved.get("revision") == now:
+            return
+        fix = (f"fit them again with the module loaded: opatlas fit --data DATA "
+               f"--ops-module FILE --out {self.data_source}")
+        probe = saved.get("probe")
+        if probe is None:
+            text = (f"--models {self.data_source}: {op} {pass_} was saved without the counts "
+                    f"it was fitted on, and the module defining {op} changed since; if its "
+                    f"FLOP or byte counts did, its predictions are wrong: {fix}")
+            if self.strict:
+                raise OpatlasError(f"{text} (--strict refuses a model it cannot check)")
+            if (op, "probe") not in self._said:
+                self._said.add((op, "probe"))
+                warnings.warn(text, UserWarning, stacklevel=4)
+            return
+        changed = _probe_changes(op, pass_, model, probe)
+        if changed:
+            raise OpatlasError(f"--models {self.data_source}: the counts of op {op!r} changed "
+                               f"since its {pass_} model was saved ({changed}), so its "
+                               f"predictions would be wrong: {fix}")
 
     def _check_catalog(self, op: str, counted: bool) -> None:
         """Refuse an op of the user's own whose ``--ops-module`` is not loaded: its data
@@ -280,11 +329,54 @@ class Predictor:
             dev = self.device_entry(device, dtype)
             model = make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
             self.registry.save(reg_key, fingerprint, list(shapes.columns), model,
-                               {k: group.get(k) for k in SAVED_GROUP_KEYS})
+                               self._saved_extra(op, pass_, device, dtype, group, shapes, model))
         compiled = model.compiled_only()
         if compiled is not None:
             self.registry.save_compiled(reg_key, fingerprint, compiled)
         return model
+
+    def _saved_extra(self, op: str, pass_: str, device: str, dtype: str, group: dict,
+                     shapes: pd.DataFrame, model: OpModel) -> dict[str, Any]:
+        """What a saved model keeps beside it so that ``--models`` predicts without the data:
+        its group's parameters, values and ranges, the device's latency floor and (outside
+        the catalog) its sample count; for a user's op, the probe of its counts
+        (:func:`counts_probe`)."""
+        extra: dict[str, Any] = {k: group.get(k) for k in SAVED_GROUP_KEYS}
+        extra["floor_us"] = self.index.floor_us(device, dtype)
+        if find_device(device) is None:
+            extra["device_samples"] = self.index.samples(device, dtype)
+        if user_op_revision(op):
+            extra["probe"] = counts_probe(op, pass_, shapes, model)
+        return extra
+
+    def _floored(self, op: str, pass_: str, times: np.ndarray, device: str | None,
+                 dtype: str | None) -> np.ndarray:
+        """``times`` no lower than the least time the data measured on the device (any op):
+        a kernel never takes 0 µs, while a model scaling its roofline base down to a tiny
+        shape, below the data's smallest, would predict nearly that. Said once per op."""
+        device, dtype = device_key(device or self.device), dtype or self.dtype
+        floor = self._floor_us(op, pass_, device, dtype)
+        low = times < floor if floor is not None else None
+        if low is None or not low.any():
+            return times
+        if (op, "floor") not in self._said:  # one floor per device: said once per op
+            self._said.add((op, "floor"))
+            n, k = len(times), int(low.sum())
+            which = f"{k} of {n} shapes" if n > 1 else "the shape"
+            warnings.warn(f"{op}: {which} predicted under {floor:g} µs ({pass_}), the least time "
+                          f"any op took in the data on {device} {dtype}: floored there (a "
+                          f"kernel takes at least its launch; below the data's smallest "
+                          f"shapes the model extrapolates)", OutOfRangeWarning, stacklevel=3)
+        return np.maximum(times, floor)
+
+    def _floor_us(self, op: str, pass_: str, device: str, dtype: str) -> float | None:
+        """The latency floor: the data's least time on the device; a saved model's own
+        (None for one saved before floors were)."""
+        if isinstance(self.index, SavedModels):
+            return (self.index.group(op, pass_, device, dtype) or {}).get("floor_us")
+        if (device, dtype) not in self._floors:  # a scan of the index: once per device
+            self._floors[device, dtype] = self.index.floor_us(device, dtype)
+        return self._floors[device, dtype]
 
     def shape_params(self, op: str, pass_: str = "fwd", device: str | None = None,
                      dtype: str | None = None) -> tuple[list[str], list[str]]:
@@ -396,8 +488,10 @@ class Predictor:
         check_values(name, table, first)
         self._say_unmeasured(name, pass_, table, device, dtype)
         if len(first) == n_rows(table):
-            return model.predict(table)
-        return model.predict(take(table, first))[codes]
+            times = model.predict(table)
+        else:
+            times = model.predict(take(table, first))[codes]
+        return self._floored(name, pass_, times, device, dtype)
 
 
 def user_op_revision(op: str) -> str:
@@ -423,6 +517,55 @@ def user_op_revision(op: str) -> str:
     except OSError:
         text = cls.__qualname__.encode()
     return f":u{hashlib.sha256(text).hexdigest()[:12]}"
+
+
+PROBE_SHAPES = 32  # training shapes a user op's saved model keeps, to check its counts by
+
+
+def counts_probe(op: str, pass_: str, shapes: pd.DataFrame, model: OpModel) -> dict[str, Any]:
+    """Up to :data:`PROBE_SHAPES` of the shapes a user's op was fitted on (spread over them),
+    with the model's inputs there: its features and roofline, from the op's counts. Saved
+    with the model; :func:`_probe_changes` recomputes them when it is loaded."""
+    table = as_columns(shapes)
+    first, _ = distinct_rows(table)
+    pick = first[np.unique(np.linspace(0, len(first) - 1, min(len(first), PROBE_SHAPES))
+                           .astype(np.int64))]
+    probe = {k: v[pick].tolist() for k, v in table.items()}
+    return {"shapes": probe, "inputs": _model_inputs(op, pass_, probe, model)}
+
+
+def _model_inputs(op: str, pass_: str, shapes: Mapping[str, Any], model: OpModel
+                  ) -> dict[str, list[float]]:
+    """The columns of :func:`opatlas.fit.features.feature_columns` the model reads at
+    ``shapes`` (its features, and the roofline base a hybrid model scales)."""
+    from opatlas.fit.features import feature_columns
+
+    try:
+        cols = feature_columns(op, pass_, as_columns(dict(shapes)), model.device, model.dtype)
+    except Exception as exc:  # a user's formula may raise anything: other counts, surely
+        return {"error": [f"{type(exc).__name__}: {exc}"]}  # type: ignore[dict-item]
+    names = [*model.features, "roofline_us"]
+    return {k: np.asarray(cols[k], dtype=float).tolist() for k in names if k in cols}
+
+
+def _probe_changes(op: str, pass_: str, model: OpModel, probe: Mapping[str, Any]) -> str:
+    """How the model's inputs at its saved shapes differ now, from the op's counts as its
+    module gives them, e.g. ``roofline_us at b=2, dim=64: 1.5 then, 3 now`` (empty: none)."""
+    shapes = probe["shapes"]
+    then, now = probe["inputs"], _model_inputs(op, pass_, shapes, model)
+    if "error" in now:
+        return f"they now fail: {now['error'][0]}"
+    for k in sorted(set(then) | set(now), key=lambda k: (k != "roofline_us", k)):
+        a = np.asarray(then.get(k, []), dtype=float)
+        b = np.asarray(now.get(k, []), dtype=float)
+        if a.shape != b.shape:
+            return f"{k} {'no longer given' if not len(b) else 'new'}"
+        differ = ~np.isclose(a, b, rtol=1e-9, atol=0.0, equal_nan=True)
+        if differ.any():
+            i = int(np.argmax(differ))
+            at = ", ".join(f"{p}={_shown(v[i])}" for p, v in shapes.items())
+            return f"{k} at {at}: {a[i]:g} then, {b[i]:g} now"
+    return ""
 
 
 def uses_counts(model: OpModel) -> bool:
@@ -498,10 +641,15 @@ class SavedModels:
             model, meta = found
             params = meta.get("params") or [f for f in meta.get("features") or []
                                              if f != "dtype"]
+            _, tagged, revision = str(meta.get("data_hash", "")).partition(":u")
             self._loaded[key] = model, {"params": params,
                                         "categories": meta.get("categories") or {},
                                         "ranges": meta.get("ranges") or {},
-                                        "rows": meta.get("rows")}
+                                        "rows": meta.get("rows"),
+                                        "floor_us": meta.get("floor_us"),
+                                        "device_samples": meta.get("device_samples"),
+                                        "probe": meta.get("probe"),
+                                        "revision": f":u{revision[:12]}" if tagged else ""}
         return self._loaded[key]
 
     def group(self, op: str, pass_: str, device_key: str, dtype: str) -> dict[str, Any] | None:
@@ -652,13 +800,153 @@ def check_values(op: str, table: Columns, first: np.ndarray | None = None) -> No
             problem = number_problem(k, float(arr[i]), k in whole, zero_ok)
             raise InvalidShape(f"op {op!r}: {_row_name(i, n)}{k}={_shown(values[i])}: "
                                f"{problem}")
-    for i in range(n) if first is None else first.tolist():
+    rows = np.arange(n) if first is None else np.asarray(first, dtype=np.int64)
+    if len(rows) >= VECTOR_RULE_ROWS:  # the rules on whole columns; the suspects row by row
+        rows = rows_breaking_rules(op, table, rows)
+    for i in rows.tolist():
         row = {k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in table.items()
                if not (isinstance(v[i], float | np.floating) and np.isnan(v[i]))}
         try:
             check_valid(op, row)
         except OpatlasError as exc:
             raise InvalidShape(f"{_row_name(i, n)}{exc}" if n > 1 else str(exc)) from None
+
+
+# from this many distinct shapes on, the catalog's rules run on whole columns (below it one
+# row at a time costs less than the numpy calls)
+VECTOR_RULE_ROWS = 16
+# a value beyond this is checked row by row: the rules' products of two such values stay exact
+# in int64, as Python's ints are
+EXACT_INT = 2**31
+
+
+def rows_breaking_rules(op: str, table: Columns, rows: np.ndarray) -> np.ndarray:
+    """Those of ``rows`` (positions in ``table``, in order) that the catalog's rules for
+    ``op`` may reject, for :func:`check_valid` to confirm and name: each rule's predicate
+    runs on whole columns (:func:`_rule_on_columns`). Rows it cannot judge there (a NaN, a
+    huge value; every row when a predicate evaluates neither elementwise nor per value of a
+    column) are kept, so no row the rules reject is missed."""
+    from opatlas.ops.base import Op
+    from opatlas.ops.registry import get_op
+
+    try:
+        cat, fixed = get_op(ETT_NAMES.get(op, op))
+    except OpatlasError:
+        return rows[:0]
+    if type(cat).invalid_reason is not Op.invalid_reason:  # its own test, not rules: per row
+        return rows
+    sub = take(table, rows)
+    unsure = np.zeros(len(rows), dtype=bool)
+    for values in sub.values():
+        if is_numeric(values):
+            arr = values.astype(float)
+            unsure |= np.isnan(arr) | (np.abs(arr) >= EXACT_INT)
+    sure = {k: v[~unsure] for k, v in sub.items()}
+    try:
+        full = cat.resolve({**fixed, **sure})
+    except OpatlasError:  # a required parameter missing: check_valid passes such a row
+        return rows[unsure]
+    broken = np.zeros(len(unsure) - int(unsure.sum()), dtype=bool)
+    for rule in cat.rules:
+        ok = _rule_on_columns(rule.predicate, full, len(broken))
+        if ok is None:
+            return rows
+        broken |= ~ok
+    unsure[~unsure] = broken
+    return rows[unsure]
+
+
+# a predicate that reads a column as one value (``not p["head_dim"]``) runs once per distinct
+# value of it where it has at most this many, that column a scalar in each run
+SPLIT_VALUES = 64
+SPLIT_DEPTH = 3
+
+
+def _rule_on_columns(predicate: Any, full: Mapping[str, Any], m: int, depth: int = 0
+                     ) -> np.ndarray | None:
+    """The predicate's verdict per row (True: valid) on ``m`` rows of columns, or None when
+    it cannot be had that way. A predicate that raises on the columns (a division by zero
+    too, which :meth:`Op.invalid_reason` counts as invalid) or gives one answer after reading
+    a column runs again per distinct value of the last column it read (:data:`SPLIT_VALUES`
+    at most)."""
+    params = _Reads(full)
+    failed = False
+    try:
+        with np.errstate(all="raise"):
+            ok = predicate(params)
+    except Exception:  # split on a column; on scalars, suspect (invalid_reason: invalid)
+        ok, failed = None, True
+    if isinstance(ok, np.ndarray) and ok.dtype == bool and ok.shape == (m,):
+        return ok
+    read = [k for k in params.read if isinstance(full.get(k), np.ndarray)]
+    if (failed or isinstance(ok, bool | np.bool_)) and not read:
+        return np.full(m, not failed and bool(ok))
+    if not read or depth >= SPLIT_DEPTH:
+        return None
+    return _split_on(predicate, full, m, read[-1], depth)
+
+
+def _split_on(predicate: Any, full: Mapping[str, Any], m: int, key: str, depth: int
+              ) -> np.ndarray | None:
+    """:func:`_rule_on_columns` run once per distinct value of column ``key``, as a scalar."""
+    try:
+        values, inverse = np.unique(full[key], return_inverse=True)
+    except TypeError:  # values that do not sort (mixed types): judged row by row
+        return None
+    if len(values) > SPLIT_VALUES:
+        return None
+    ok = np.empty(m, dtype=bool)
+    for j, value in enumerate(values.tolist()):
+        rows = inverse.reshape(-1) == j
+        part = {k: v[rows] if isinstance(v, np.ndarray) else v for k, v in full.items()}
+        part[key] = value
+        got = _rule_on_columns(predicate, part, int(rows.sum()), depth + 1)
+        if got is None:
+            return None
+        ok[rows] = got
+    return ok
+
+
+class _Reads(dict):
+    """A parameter mapping that records, in order, the keys a rule's predicate reads (all of
+    them when it iterates): an answer that holds for every row reads no column."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: dict[str, None] = {}
+
+    def _mark(self, *keys: object) -> None:
+        for k in keys:
+            self.read.pop(str(k), None)  # the last read last
+            self.read[str(k)] = None
+
+    def __getitem__(self, key: str) -> Any:
+        self._mark(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._mark(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._mark(key)
+        return super().__contains__(key)
+
+    def __iter__(self) -> Any:
+        self._mark(*super().keys())
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self._mark(*super().keys())
+        return super().keys()
+
+    def values(self) -> Any:
+        self._mark(*super().keys())
+        return super().values()
+
+    def items(self) -> Any:
+        self._mark(*super().keys())
+        return super().items()
 
 
 def _row_name(i: int, n: int) -> str:
