@@ -110,47 +110,50 @@ def plot_curves(curves: Sequence[Curve], path: Path, *, mins: dict[str, float] |
 
 
 def plot_accel_sweep(frontier: Frontier, points: pd.DataFrame, path: Path, *,
-                     level: str = "GlobalBuffer", coefficient: float = 1.0,
+                     level: str = "GlobalBuffer", coefficient: float | None = None,
                      title: str | None = None, figsize: tuple[float, float] = (6.0, 3.4),
-                     searched: pd.DataFrame | None = None) -> Path:
+                     searched: pd.DataFrame | None = None, xlabel: str | None = None) -> Path:
     """Fig. 24b: every mapping's DRAM accesses scattered at its level's capacity (one colour
     per size), the best per size starred (and, with ``searched``, the best after local search
-    as a diamond), over the Orojenesis bound."""
+    as a diamond), over the Orojenesis bound.
+
+    The axes are in bytes: the bound (in words) is scaled by ``coefficient``, the bytes per
+    word, by default the points' own (``dram_bytes / dram_accesses``), so that a star sits
+    above or below the line as the table's gap says. Each size's mappings stand at the
+    capacity their bound is taken at (``bound_capacity_bytes``, the size plus the on-chip
+    levels above the swept one, when the points have it)."""
+    if coefficient is None:
+        coefficient = _bytes_per_word(points)
     fig, ax = plt.subplots(figsize=figsize, dpi=150)
     sizes = sorted(points["capacity_bytes"].unique())
+    at = _bound_capacities(points)
     tiles = points["tile_words"].max() * coefficient
-    x_end = max(float(frontier.buffer[-1]) * coefficient, sizes[-1] * 4, tiles * 2)
+    x_end = max(float(frontier.buffer[-1]) * coefficient, max(at.values()) * 4, tiles * 2)
     x, y = _series(frontier, "accesses", x_end, coefficient)
     ax.plot(x, y, color="black", lw=1.4, label="Orojenesis bound", zorder=4)
     colors = plt.get_cmap("viridis")(np.linspace(0.05, 0.9, len(sizes)))
     rng = np.random.default_rng(0)
     for size, color in zip(sizes, colors, strict=True):
         g = points[points["capacity_bytes"] == size]
-        jitter = size * np.exp(rng.uniform(-0.12, 0.12, len(g)))  # spread the column a little
-        ax.scatter(jitter, g["dram_bytes"], s=3, alpha=0.4, color=color, lw=0, zorder=2)
+        _draw_size(ax, g, at[size], coefficient, color, rng)
         ax.scatter([], [], s=16, color=color, label=f"{level} {_kb(size)}: {len(g):,} mappings")
-        best = g.loc[g["dram_accesses"].idxmin()]
-        tile_x = best["tile_words"] * coefficient
-        ax.plot([size, tile_x], [best["dram_bytes"]] * 2, ls=":", lw=0.8, color=color, zorder=4)
-        ax.scatter([size], [best["dram_bytes"]], marker="*", s=70, color=color,
-                   edgecolor="black", lw=0.6, zorder=5)
-        ax.scatter([tile_x], [best["dram_bytes"]], marker="*", s=70, facecolor="none",
-                   edgecolor=color, lw=0.8, zorder=5)
     if searched is not None and len(searched):
         for size, color in zip(sizes, colors, strict=True):
             g = searched[searched["capacity_bytes"] == size]
-            ax.scatter([size], [g["dram_bytes"].min()], marker="D", s=28, color=color,
+            ax.scatter([at[size]], [g["dram_bytes"].min()], marker="D", s=28, color=color,
                        edgecolor="black", lw=0.6, zorder=6)
         ax.scatter([], [], marker="D", s=28, color="grey", edgecolor="black", lw=0.6,
                    label="best after local search")
+    moved = any(at[size] != size for size in sizes)  # the bound is not at the level's size
     ax.scatter([], [], marker="*", s=70, color="grey", edgecolor="black", lw=0.6,
-               label="best mapping, at the level's capacity")
+               label="best mapping, at the capacity\nof its bound" if moved
+               else "best mapping, at the level's capacity")
     ax.scatter([], [], marker="*", s=70, facecolor="none", edgecolor="grey", lw=0.8,
                label="best mapping, at its uniform tile\n(all loops below DRAM)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(sizes[0] / 3, x_end)
-    ax.set_xlabel(f"{level} size / buffer size (B)")
+    ax.set_xlim(min(at.values()) / 3, x_end)
+    ax.set_xlabel(xlabel or f"{level} size / buffer size (B)")
     ax.set_ylabel("DRAM accesses (B)")
     if title:
         ax.set_title(title, fontsize=8)
@@ -158,6 +161,35 @@ def plot_accel_sweep(frontier: Frontier, points: pd.DataFrame, path: Path, *,
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def _bytes_per_word(points: pd.DataFrame) -> float:
+    """The bytes of one word of the points: their DRAM bytes over their DRAM accesses."""
+    moved = points[points["dram_accesses"] > 0]
+    if not len(moved):
+        return 1.0
+    return float(moved["dram_bytes"].iloc[0] / moved["dram_accesses"].iloc[0])
+
+
+def _bound_capacities(points: pd.DataFrame) -> dict[float, float]:
+    """Each swept size -> the capacity (bytes) its bound is taken at: the size itself unless
+    the points say otherwise (``bound_capacity_bytes``)."""
+    column = "bound_capacity_bytes" if "bound_capacity_bytes" in points else "capacity_bytes"
+    return {size: float(g[column].iloc[0]) for size, g in points.groupby("capacity_bytes")}
+
+
+def _draw_size(ax, g: pd.DataFrame, x: float, coefficient: float, color,
+               rng: np.random.Generator) -> None:
+    """One size's mappings as a column at ``x``, its best starred there and at its tile."""
+    jitter = x * np.exp(rng.uniform(-0.12, 0.12, len(g)))  # spread the column a little
+    ax.scatter(jitter, g["dram_bytes"], s=3, alpha=0.4, color=color, lw=0, zorder=2)
+    best = g.loc[g["dram_accesses"].idxmin()]
+    tile_x = best["tile_words"] * coefficient
+    ax.plot([x, tile_x], [best["dram_bytes"]] * 2, ls=":", lw=0.8, color=color, zorder=4)
+    ax.scatter([x], [best["dram_bytes"]], marker="*", s=70, color=color,
+               edgecolor="black", lw=0.6, zorder=5)
+    ax.scatter([tile_x], [best["dram_bytes"]], marker="*", s=70, facecolor="none",
+               edgecolor=color, lw=0.8, zorder=5)
 
 
 def _kb(size: float) -> str:

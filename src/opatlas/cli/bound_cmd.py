@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,7 +146,60 @@ def _print(f: Frontier) -> None:
                   f"the operands)")
 
 
-@app.command("gemm")
+_NEGATIVE = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
+class _SizesCommand(TyperCommand):
+    """A command of sizes given as arguments (``gemm 64 -64 64``): a negative one is said as a
+    bad size, naming it, where click would take it for an unknown option ``-6``. A negative
+    value of an option (``--seed -1``) is left to the option's own check."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        valued = {o for p in self.params if p.param_type_name == "option"
+                  and not getattr(p, "is_flag", False) for o in [*p.opts, *p.secondary_opts]}
+        position = 0  # of the argument among the positional ones
+        for i, a in enumerate(args):
+            if a == "--":
+                break
+            if i and args[i - 1] in valued:
+                continue
+            if _NEGATIVE.fullmatch(a):
+                name = _size_name(ctx.info_name, args, position,
+                                  [p for p in self.params if p.param_type_name == "argument"])
+                raise OpatlasError(f"bound {ctx.info_name}: sizes are whole numbers >= 1, not "
+                                   f"{a!r} ({name})")
+            if not a.startswith("-"):
+                position += 1
+        return super().parse_args(ctx, args)
+
+
+def _size_name(command: str | None, args: list[str], position: int, arguments: list[Any]
+               ) -> str:
+    """The name of the ``position``-th positional argument of ``bound COMMAND``: its own
+    (gemm's M, K, N), or the rank of a list of sizes (accel's after its architecture, in
+    --problem's kind's order; conv's R S P Q C K ...)."""
+    if position < len(arguments) and all(a.nargs == 1 for a in arguments[:position + 1]):
+        return str(arguments[position].name)
+    order = {"conv": _ACCEL_SIZES["conv"][0]}.get(command or "", "")
+    if command == "accel":
+        kind = _problem_kind(args)
+        order = _ACCEL_SIZES[kind][0] if kind in _ACCEL_SIZES else ""
+        position -= 1  # the architecture comes first
+    names = order.replace("[", "").replace("]", "").split()
+    return names[position] if 0 <= position < len(names) else f"size {position + 1}"
+
+
+def _problem_kind(args: list[str]) -> str:
+    """The kind ``--problem`` names in ``args`` (gemm, its default, when not given)."""
+    for i, a in enumerate(args):
+        value = a.partition("=")[2] if a.startswith("--problem=") else (
+            args[i + 1] if a == "--problem" and i + 1 < len(args) else None)
+        if value is not None:
+            return (value.split() or [""])[0].lower()
+    return "gemm"
+
+
+@app.command("gemm", cls=_SizesCommand)
 def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
              K: int = typer.Argument(..., min=1, help="Columns of A, rows of B."),
              N: int = typer.Argument(..., min=1, help="Columns of B and C."), word_bytes: int = WordOpt,
@@ -203,7 +257,7 @@ def _made(label: str, make: Any, *args: Any, **kwargs: Any) -> Einsum:
         raise OpatlasError(f"{label}: {exc}") from None
 
 
-@app.command("gbmm")
+@app.command("gbmm", cls=_SizesCommand)
 def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input."),
              K: int = typer.Argument(..., min=1, help="The contracted size."),
              N: int = typer.Argument(..., min=1, help="Columns of each group's weights."),
@@ -254,7 +308,7 @@ def _conv_options_given(ctx: typer.Context) -> list[str]:
     return options_given(ctx, _CONV_OPTIONS)
 
 
-@app.command("conv")
+@app.command("conv", cls=_SizesCommand)
 def conv_cmd(ctx: typer.Context,
              spec: list[str] = typer.Argument(
                  None, metavar="[SIZES|NAME]",
@@ -618,7 +672,7 @@ def _kb_list(text: str) -> list[float]:
     return sizes
 
 
-@app.command("accel")
+@app.command("accel", cls=_SizesCommand)
 def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a built-in: simba."),
               dims: list[int] = typer.Argument(
                   None, metavar="SIZES",
@@ -688,7 +742,10 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
         from opatlas.bounds.plots import plot_accel_sweep
 
         plot_accel_sweep(sweep.frontier, sweep.points, plot, level=level,
-                         title=f"{sweep.arch.name}: {e.name}", searched=sweep.searched)
+                         coefficient=sweep.einsum.word_bytes,  # the axes are in bytes
+                         title=f"{sweep.arch.name}: {e.name}", searched=sweep.searched,
+                         xlabel=f"on chip: {level} + the levels above it (B)"
+                         if sweep.above else None)
     if str(csv) == "-":
         return  # the mappings on standard output are the answer
     if as_json:
@@ -705,11 +762,14 @@ def _print_accel(sweep) -> None:
     from opatlas.console import make_console, print_wide
 
     best = sweep.best()
-    table = Table("size (B)", "maps", "best DRAM", "bound", "gap", "below", "gap@tile", "util",
-                  title=escape(f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses in "
-                               f"words of {sweep.einsum.word_bytes} B"))
+    on_chip = ["on chip (B)"] if sweep.above else []  # the bound's capacity, when not the size
+    table = Table("size (B)", *on_chip, "maps", "best DRAM", "bound", "gap", "below", "gap@tile",
+                  "util", title=escape(f"{sweep.arch.name}: {sweep.einsum.name}, DRAM accesses "
+                                       f"in words of {sweep.einsum.word_bytes} B"))
     for r in best.itertuples():
-        table.add_row(f"{r.capacity_bytes:,.0f}", f"{r.mappings:,}", f"{r.best_dram_accesses:.4g}",
+        table.add_row(f"{r.capacity_bytes:,.0f}",
+                      *([f"{r.bound_capacity_bytes:,.0f}"] if on_chip else []),
+                      f"{r.mappings:,}", f"{r.best_dram_accesses:.4g}",
                       f"{r.bound_at_capacity:.4g}", f"{100 * r.gap_to_bound:+.1f}%",
                       f"{r.below_bound_at_capacity}", f"{100 * r.gap_to_bound_at_tile:+.1f}%",
                       f"{100 * r.best_utilization:.0f}%")
@@ -730,7 +790,24 @@ def _print_accel(sweep) -> None:
         for r in best.itertuples():
             console.print(escape(f"searched best at {r.capacity_bytes:,.0f} B: "
                                  f"{r.searched_mapping}"), soft_wrap=True)
-    console.print(f"size: {escape(sweep.level)} capacity; bound: the Orojenesis bound at that capacity; "
-                  "gap = best / bound − 1; below: mappings under that bound (possible when a "
-                  "tensor bypasses the level); gap@tile: the best mapping against the bound at "
-                  "its own uniform tile (all loops below DRAM), a floor for every mapping.")
+    console.print(_accel_footer(sweep))
+
+
+def _accel_footer(sweep) -> str:
+    """What the accel table's columns mean; the bound's capacity is said in full when levels
+    between the swept one and DRAM also hold data (they count: data held there is reused)."""
+    from rich.markup import escape
+
+    level = escape(sweep.level)
+    if sweep.above:
+        where = (f"size: {level} capacity; on chip: that size + {sum(sweep.above.values()):,.0f}"
+                 f" B of {escape(', '.join(sweep.above))}, the on-chip levels between it and "
+                 "DRAM (one instance each), which hold data for reuse too; bound: the "
+                 "Orojenesis bound at that on-chip capacity; ")
+        bypass = "the levels"
+    else:
+        where = f"size: {level} capacity; bound: the Orojenesis bound at that capacity; "
+        bypass = "the level"
+    return (where + "gap = best / bound − 1; below: mappings under that bound (possible when "
+            f"a tensor bypasses {bypass}); gap@tile: the best mapping against the bound at its "
+            "own uniform tile (all loops below DRAM), a floor for every mapping.")

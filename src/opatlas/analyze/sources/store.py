@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -175,37 +176,11 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
     :func:`_explained`) and the device's peaks. ``notes``: fallbacks (--strict refuses
     them); ``said``: what the device lacks; ``onchip``: device -> its on-chip bytes (0: not
     known); ``progress``: advanced by rows."""
-    from opatlas.devices import find_device
-    from opatlas.fit.data import UnknownDeviceWarning, data_device
-    from opatlas.ops.base import dtype_bytes
-
     data = pd.DataFrame({"device": device_name, "dtype": dtype, "op": res["op"],
                          "pass": res["pass"], "y_us": res["median_ns"] / 1e3,
                          "flops": res["flops"], "min_bytes": res["min_bytes"]})
-    catalog = _catalog_name(device_name, said)
-    with warnings.catch_warnings():  # a device outside the catalog: empirical_peaks says it
-        warnings.simplefilter("ignore", UnknownDeviceWarning)
-        dev = data_device(data, catalog, dtype)
-    kind = DTYPE_NAMES.get(dtype.lower(), dtype)  # tt-metal's bfloat16 is the catalog's bf16
-    try:
-        word = dtype_bytes(kind)
-    except OpatlasError:
-        word = 4
-        notes.append(f"{device_name}: dtype {dtype!r} is not one the op catalog knows: its "
-                     f"words taken as 4 bytes")
-    if kind in dev.peak_flops or dtype in dev.peak_flops:  # an empirical one: the store's name
-        flops_s = dev.peak(kind if kind in dev.peak_flops else dtype)
-    else:
-        best = max(dev.peak_flops, key=dev.peak_flops.__getitem__)
-        flops_s = dev.peak_flops[best]
-        notes.append(f"{dev.name} has no peak FLOP/s for dtype {dtype!r} (it has "
-                     f"{', '.join(sorted(dev.peak_flops))}): its {best} peak is used")
-    peaks = Peaks(dev.name, flops_s, dev.bandwidth, dev.onchip_bytes, word)
-    if find_device(catalog) is None:  # empirical: said in the notes, kept with --save
-        peaks, empirical = empirical_peaks(device_name, peaks.flops_s, peaks.bytes_s, dtype, word,
-                                           data["flops"], data["min_bytes"])
-        if said is not None:
-            said.extend(n for n in empirical if n not in said)
+    dev, peaks = _device_peaks(device_name, dtype, data, notes, said)
+    word = peaks.word_bytes
     shapes = pd.DataFrame([{k: v for k, v in json.loads(s).items() if k != "dtype"}
                            for s in res["params_json"]])
     rows = pd.DataFrame({"op": res["op"], "pass": res["pass"], "calls": 1.0,
@@ -257,6 +232,65 @@ def _device_rows(device_name: str, dtype: str, res: pd.DataFrame, notes: list[st
             and msg not in said:
         said.append(msg)
     return rows, peaks
+
+
+# a store's collectives: bounded by a link (:func:`_collectives`), never by the device's
+# roofline, so their rows neither describe a device outside the catalog nor need one
+COLLECTIVE_PREFIXES = ("collective.", "nccl.")
+
+
+def _device_peaks(device_name: str, dtype: str, data: pd.DataFrame, notes: list[str],
+                  said: list[str] | None) -> tuple[Any, Peaks]:
+    """The device of ``data`` (one device and dtype) and its peaks at ``dtype``. A device
+    outside the catalog is described by its kernels' rows alone: a collective's message bytes
+    are link traffic, no evidence of its memory bandwidth; with no kernel row at all, it has
+    no roofline (NaN FLOP/s, no memory roof), which only kernels would need."""
+    from opatlas.devices import Device, find_device
+    from opatlas.fit.data import UnknownDeviceWarning, data_device
+
+    kernels = data[~data["op"].astype(str).str.startswith(COLLECTIVE_PREFIXES).to_numpy()]
+    catalog = _catalog_name(device_name, said)
+    word = _word_bytes(device_name, dtype, notes)
+    empirical = find_device(catalog) is None
+    if empirical and kernels.empty:
+        return (Device(device_name, {}, math.inf, 0.0, math.inf, 1,
+                       "no kernel measured: no roofline"),
+                Peaks(device_name, math.nan, math.inf, 0.0, word))
+    with warnings.catch_warnings():  # a device outside the catalog: empirical_peaks says it
+        warnings.simplefilter("ignore", UnknownDeviceWarning)
+        dev = data_device(kernels, catalog, dtype)
+    peaks = Peaks(dev.name, _peak_flops(dev, dtype, notes), dev.bandwidth, dev.onchip_bytes,
+                  word)
+    if empirical:  # said in the notes, kept with --save
+        peaks, text = empirical_peaks(device_name, peaks.flops_s, peaks.bytes_s, dtype, word,
+                                      kernels["flops"], kernels["min_bytes"])
+        if said is not None:
+            said.extend(n for n in text if n not in said)
+    return dev, peaks
+
+
+def _word_bytes(device_name: str, dtype: str, notes: list[str]) -> int:
+    """Bytes of one ``dtype`` word; 4 for a dtype the op catalog does not know (a note)."""
+    from opatlas.ops.base import dtype_bytes
+
+    try:  # tt-metal's bfloat16 is the catalog's bf16
+        return dtype_bytes(DTYPE_NAMES.get(dtype.lower(), dtype))
+    except OpatlasError:
+        notes.append(f"{device_name}: dtype {dtype!r} is not one the op catalog knows: its "
+                     f"words taken as 4 bytes")
+        return 4
+
+
+def _peak_flops(dev: Any, dtype: str, notes: list[str]) -> float:
+    """``dev``'s peak at ``dtype`` (the catalog's name, or an empirical device's: the store's);
+    its best peak, said in ``notes``, when it has none for ``dtype``."""
+    kind = DTYPE_NAMES.get(dtype.lower(), dtype)
+    if kind in dev.peak_flops or dtype in dev.peak_flops:
+        return dev.peak(kind if kind in dev.peak_flops else dtype)
+    best = max(dev.peak_flops, key=dev.peak_flops.__getitem__)
+    notes.append(f"{dev.name} has no peak FLOP/s for dtype {dtype!r} (it has "
+                 f"{', '.join(sorted(dev.peak_flops))}): its {best} peak is used")
+    return dev.peak_flops[best]
 
 
 def _catalog_name(device: str, said: list[str] | None = None) -> str:
@@ -357,7 +391,7 @@ def _collectives(rows: pd.DataFrame, idx: Any, op: str, shapes: pd.DataFrame, wo
 
     name = _collective(op)
     if name is None:
-        if op.startswith(("nccl.", "collective.")):
+        if op.startswith(COLLECTIVE_PREFIXES):
             return (f"{op}: a collective whose bus traffic opatlas does not know (it knows "
                     f"all-reduce, all-gather, reduce-scatter, all-to-all and point-to-point): "
                     f"no bound")
@@ -462,11 +496,12 @@ def _summary(rows: pd.DataFrame, res: pd.DataFrame, notes: list[str], onchip: fl
         out["estimation_error_label"] = f"median |error| ({_predicted_by(rows[err.notna()])})"
     if len(devices) == 1:
         out["device"] = devices[0]
-        out["peak_flops_s"] = float(rows["device_peak_flops_s"].iloc[0])
+        flops_s = float(rows["device_peak_flops_s"].iloc[0])
+        out["peak_flops_s"] = flops_s if np.isfinite(flops_s) else None  # None: no roofline
         bw = float(rows["device_peak_bytes_s"].iloc[0])
         out["peak_bytes_s"] = bw if np.isfinite(bw) else None  # None: no memory roof
         out["onchip_bytes"] = onchip if onchip > 0 else None  # None: not known
-        if _empirical(devices[0]):
+        if _empirical(devices[0]) and np.isfinite(flops_s):
             out["peaks"] = empirical_peaks_text(bool(np.isfinite(bw)))
     return out
 
