@@ -50,5 +50,6 @@ def test_cli_records_collectives_in_the_store(tmp_path):
     with Store(store, read_only=True) as st:
         df = st.results(op="collective.all_reduce")
     assert len(df) == 2 and (df["status"] == "ok").all() and (df["backend"] == "gloo").all()
-    bad = run_cli("collectives", "all_reduce", "--nproc", "2", "--sizes", "3")
-    assert bad.returncode == 2 and "multiple of the 2 ranks" in bad.stderr
+    bad = run_cli("collectives", "all_gather", "--nproc", "2", "--sizes", "1")
+    assert bad.returncode == 2 and "at least one element per rank" in bad.stderr
+    assert "--sizes 1" in bad.stderr

@@ -85,7 +85,7 @@ def test_a_resumed_run_counts_the_failures_it_skips_by_status(capsys, tmp_path):
 # -- 3. collectives --store: a size already recorded ------------------------------------------
 
 def _fake_collective(correct: bool, median_ns: int):
-    def run(op, sizes, nproc, *, backend, dtype, repeats, link_peak_gbps):
+    def run(op, sizes, nproc, *, backend, dtype, repeats, link_peak_gbps, **_):
         rows = [{"op": op, "elements": n, "bytes": 4 * n, "world_size": nproc, "dtype": dtype,
                  "backend": backend, "samples_ns": [median_ns] * repeats, "correct": correct}
                 for n in sizes]

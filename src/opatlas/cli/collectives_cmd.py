@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,16 +66,14 @@ def _store(path: Path | None) -> AbstractContextManager[Store | None]:
 
 
 def _held(st: Store, op: str, backend: str, device: str) -> dict[tuple[int, int, str], dict]:
-    """The final rows (``ok``, ``invalid``) the store holds for ``op`` on (backend, device),
-    by (elements, ranks, dtype): a new measurement of such a size is not stored (a store keeps
-    a key's first answer, as ``opatlas run`` does; a failure is replaced)."""
-    from opatlas.store.db import FINAL_STATUSES
-
+    """The ``ok`` rows the store holds for ``op`` on (backend, device), by (elements, ranks,
+    dtype): a new measurement of such a size is not stored (a store keeps a key's first
+    answer, as ``opatlas run`` does). A failure or an ``invalid`` row (a bus bandwidth above
+    a mistaken --link-peak-gbps) is replaced (:func:`opatlas.ops.collectives.record`)."""
     df = st.results(op=f"collective.{op}")
     if df.empty:
         return {}
-    df = df[(df["backend"] == backend) & (df["device"] == device)
-            & df["status"].isin(FINAL_STATUSES)]
+    df = df[(df["backend"] == backend) & (df["device"] == device) & (df["status"] == "ok")]
     return {(int(r["elements"]), int(r["world_size"]), str(r["dtype"])): r
             for r in df.to_dict("records")}
 
@@ -97,11 +96,70 @@ def _not_stored(df: pd.DataFrame, held: dict[tuple[int, int, str], dict], path: 
     return lines
 
 
+def _device(backend: str) -> str:
+    """The name results are filed under: the CPU's model for gloo, the GPU's as ``opatlas
+    run`` files its CUDA measurements (rank 0's GPU, ``cuda:0``)."""
+    if backend == "gloo":
+        from opatlas.backends.cpu import cpu_model_name
+
+        return cpu_model_name()
+    from opatlas.backends.cuda import CudaBackend
+
+    return CudaBackend(device=0).device_name()
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _planned(op: str, sizes: str, nproc: int, backend: str, dtype: str) -> list[int]:
+    """The sizes to measure (said where they differ from ``--sizes``), each checked against
+    memory before any rank is launched."""
+    from opatlas.ops.collectives import bus_factor, check_memory, plan_sizes
+
+    bus_factor(op, nproc)  # an unknown collective is refused first
+    planned, notes = plan_sizes(op, _sizes(sizes), nproc)
+    for note in notes:
+        typer.echo(f"opatlas: {note}", err=True)
+    check_memory(op, planned, nproc, dtype, backend)
+    if backend == "gloo" and nproc > (cores := _usable_cores()):
+        typer.echo(f"opatlas: warning: --nproc {nproc} gloo ranks on {cores} CPU cores: ranks "
+                   f"share cores, so the times measure the oversubscription, not the "
+                   f"collective", err=True)
+    return planned
+
+
+def _report(df: pd.DataFrame, st: Store | None, device: str, as_json: bool) -> None:
+    """Record (said where the store keeps an earlier answer) and print ``df``."""
+    if st is not None and not df.empty:
+        from opatlas.ops.collectives import record
+
+        r0 = df.iloc[0]
+        held = _held(st, str(r0["op"]), str(r0["backend"]), device)
+        record(st, df, device)
+        for line in _not_stored(df, held, st.path):
+            typer.echo(f"opatlas: {line}", err=True)
+    if as_json:
+        typer.echo(json.dumps(df.drop(columns=["samples_ns"]).to_dict("records")
+                              if not df.empty else []))
+        return
+    for r in df.to_dict("records"):
+        typer.echo(f"{r['op']:<15} {r['elements']:>12} el  {r['world_size']} ranks  "
+                   f"{r['median_ns'] / 1e3:>10.1f} µs  algbw {r['algbw_GBps']:.3g} GB/s  "
+                   f"busbw {r['busbw_GBps']:.3g} GB/s  {r['status']} {r['message']}")
+
+
 def collectives(
     op: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | all_to_all | "
                                        "send_recv"),
     nproc: int = typer.Option(2, "--nproc", min=2, help="Ranks (processes) on this node."),
-    sizes: str = typer.Option("1048576", "--sizes", help="Total elements, comma-separated."),
+    sizes: str = typer.Option("1048576", "--sizes",
+                              help="Total elements, comma-separated. all_gather, "
+                                   "reduce_scatter and all_to_all round each down to a "
+                                   "multiple of --nproc (said on stderr)."),
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp64, fp16 or bf16."),
     repeats: int = typer.Option(10, "--repeats", min=1,
@@ -109,12 +167,18 @@ def collectives(
     link_peak_gbps: float | None = typer.Option(None, "--link-peak-gbps", min=0.001,
                                                 help="Flag bus bandwidths above this (GB/s, "
                                                      "the link's peak) as invalid."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, metavar="SECONDS",
+                                  help="Stop every rank after this long (all sizes "
+                                       "together); the sizes measured by then are kept."),
     store: Path | None = typer.Option(
         None, "--store", help="Also record the results here. A size it holds already keeps "
-                              "its first answer (said on stderr); a failed one is replaced."),
+                              "its first answer (said on stderr); a failed or invalid one "
+                              "is replaced."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Time a collective on every rank; record the slowest rank; report algbw and busbw.
+
+    A failing size stops the run: the sizes measured before it are printed and stored.
 
     Examples:
 
@@ -122,25 +186,23 @@ def collectives(
 
         opatlas collectives all_gather --nproc 8 --backend nccl --dtype bf16 --link-peak-gbps 450
     """
-    size_list = _sizes(sizes)
     _check_launch(backend, dtype, nproc)
-    from opatlas.ops.collectives import record, run_collective
+    size_list = _planned(op, sizes, nproc, backend, dtype)
+    from opatlas.ops.collectives import CollectiveFailed, CollectiveInterrupted, run_collective
 
     with _store(store) as st:  # a bad store fails here, before anything is measured
-        df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype,
-                            repeats=repeats, link_peak_gbps=link_peak_gbps)
-        if st is not None:
-            from opatlas.backends.cpu import cpu_model_name
-
-            device = cpu_model_name() if backend == "gloo" else backend
-            held = _held(st, op, backend, device)
-            record(st, df, device)
-            for line in _not_stored(df, held, st.path):
-                typer.echo(f"opatlas: {line}", err=True)
-    if as_json:
-        typer.echo(json.dumps(df.drop(columns=["samples_ns"]).to_dict("records")))
-        return
-    for r in df.to_dict("records"):
-        typer.echo(f"{r['op']:<15} {r['elements']:>12} el  {r['world_size']} ranks  "
-                   f"{r['median_ns'] / 1e3:>10.1f} µs  algbw {r['algbw_GBps']:.3f} GB/s  "
-                   f"busbw {r['busbw_GBps']:.3f} GB/s  {r['status']} {r['message']}")
+        device = _device(backend) if st is not None else backend
+        try:
+            df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype,
+                                repeats=repeats, link_peak_gbps=link_peak_gbps,
+                                timeout_s=timeout)
+        except CollectiveFailed as exc:
+            _report(exc.partial, st, device, as_json)
+            raise
+        except CollectiveInterrupted as exc:  # typer turns a KeyboardInterrupt into a silent 130
+            _report(exc.partial, st, device, as_json)
+            kept = (f"; the sizes measured before ({', '.join(map(str, exc.partial['elements']))})"
+                    f" are kept" if not exc.partial.empty else "")
+            typer.echo(f"opatlas: interrupted; every rank was stopped{kept}", err=True)
+            raise typer.Exit(130) from None
+        _report(df, st, device, as_json)

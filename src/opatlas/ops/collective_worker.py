@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +15,8 @@ import torch.distributed as dist
 
 from opatlas.ops.base import dtype_bytes
 from opatlas.ops.torchutil import torch_dtype
+
+SAMPLES = "samples.jsonl"  # in --out: one JSON line per size measured, written as it ends
 
 
 def _setup(op: str, n: int, rank: int, world: int, dt: Any, device: str
@@ -58,52 +61,77 @@ def _setup(op: str, n: int, rank: int, world: int, dt: Any, device: str
     raise ValueError(f"unknown collective {op!r}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     for flag in ("--op", "--sizes", "--backend", "--dtype", "--out"):
         ap.add_argument(flag, required=True)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    args = ap.parse_args(argv)
-    dist.init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    cuda = args.backend == "nccl"
-    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu"
-    if cuda:
-        torch.cuda.set_device(device)
-    dt = torch_dtype(args.dtype)
-    lines = []
-    for n in (int(s) for s in args.sizes.split(",")):
-        run, check, reset = _setup(args.op, n, rank, world, dt, device)
+    return ap.parse_args(argv)
+
+
+def _measure(args: argparse.Namespace, n: int, rank: int, world: int, device: str) -> dict:
+    """One size: checked once, warmed up, then timed ``repeats`` times on every rank."""
+    cuda = device != "cpu"
+    run, check, reset = _setup(args.op, n, rank, world, torch_dtype(args.dtype), device)
+    reset()
+    run()
+    correct = check()
+    for _ in range(args.warmup):
         reset()
         run()
-        correct = check()
-        for _ in range(args.warmup):
-            reset()
-            run()
-        local = []
-        for _ in range(args.repeats):
-            reset()
-            if cuda:
-                torch.cuda.synchronize()
-            dist.barrier()
-            t0 = time.perf_counter_ns()
-            run()
-            if cuda:
-                torch.cuda.synchronize()
-            local.append(time.perf_counter_ns() - t0)
-        slowest = torch.tensor(local, dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        ok = torch.tensor([1.0 if correct else 0.0], device=device)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-        lines.append({"op": args.op, "elements": n, "bytes": n * dtype_bytes(args.dtype),
-                      "world_size": world, "dtype": args.dtype, "backend": args.backend,
-                      "samples_ns": [int(v) for v in slowest.tolist()], "correct": bool(ok.item()),
-                      "message": "" if ok.item() else "wrong result on some rank"})
-    if rank == 0:
-        with open(args.out, "w") as fh:
-            fh.writelines(json.dumps(line) + "\n" for line in lines)
-    dist.destroy_process_group()
+    local = []
+    for _ in range(args.repeats):
+        reset()
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+        local.append(time.perf_counter_ns() - t0)
+    slowest = torch.tensor(local, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    ok = torch.tensor([1.0 if correct else 0.0], device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return {"op": args.op, "elements": n, "bytes": n * dtype_bytes(args.dtype),
+            "world_size": world, "dtype": args.dtype, "backend": args.backend,
+            "samples_ns": [int(v) for v in slowest.tolist()], "correct": bool(ok.item()),
+            "message": "" if ok.item() else "wrong result on some rank"}
+
+
+def _say_failure(out: Path, rank: int, n: int | None, exc: BaseException) -> None:
+    """The rank's own cause, for the driver to say instead of torchrun's ChildFailedError
+    (which never names it); the time tells the first failure from its echoes on other ranks."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    message = f"{type(exc).__name__}: {lines[0] if lines else exc!r}"
+    (out / f"rank{rank}.error").write_text(json.dumps(
+        {"rank": rank, "elements": n, "time_ns": time.time_ns(), "message": message[:500]}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Measure every size in turn; rank 0 appends each size's line to ``<out>/samples.jsonl``
+    as soon as it is measured, so a later failure keeps the sizes measured before it."""
+    args = _args(argv)
+    out, rank = Path(args.out), int(os.environ.get("RANK", 0))
+    n: int | None = None
+    try:
+        dist.init_process_group(args.backend)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if args.backend == "nccl" \
+            else "cpu"
+        if device != "cpu":
+            torch.cuda.set_device(device)
+        for n in (int(s) for s in args.sizes.split(",")):
+            line = _measure(args, n, rank, world, device)
+            if rank == 0:
+                with open(out / SAMPLES, "a") as fh:
+                    fh.write(json.dumps(line) + "\n")
+        dist.destroy_process_group()
+    except Exception as exc:
+        _say_failure(out, rank, n, exc)
+        raise
 
 
 if __name__ == "__main__":

@@ -12,20 +12,27 @@ physically impossible: such a sample is flagged ``invalid``, not stored as truth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from opatlas.errors import OpatlasError
 from opatlas.ops.base import dtype_bytes
+
+if TYPE_CHECKING:
+    from opatlas.store import ResultRow
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -52,31 +59,232 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SAMPLES = "samples.jsonl"  # collective_worker.SAMPLES: one line per size, written as it ends
+PER_RANK = ("all_gather", "reduce_scatter", "all_to_all")  # split evenly over the ranks
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class CollectiveFailed(OpatlasError):
+    """torchrun failed or ran out of time; ``partial`` holds the sizes measured before."""
+
+    def __init__(self, message: str, partial: pd.DataFrame) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+class CollectiveInterrupted(KeyboardInterrupt):
+    """Ctrl-C while the ranks ran (they are stopped); ``partial`` as in :class:`CollectiveFailed`."""
+
+    def __init__(self, partial: pd.DataFrame) -> None:
+        super().__init__()
+        self.partial = partial
+
+
+def plan_sizes(op: str, sizes: Sequence[int], nproc: int) -> tuple[list[int], list[str]]:
+    """The sizes (total elements) to measure, each once, and a note per change made.
+
+    As nccl-tests: all_reduce and send_recv take any count; all_gather, reduce_scatter and
+    all_to_all split the buffer evenly, so a size is rounded down to a multiple of the ranks
+    (nccl-tests' count per rank = total / nranks), and one under a single element per rank is
+    refused."""
+    planned: list[int] = []
+    notes: list[str] = []
+    for n in sizes:
+        if n <= 0:
+            raise OpatlasError(f"--sizes {n}: a size is a count of elements, > 0")
+        m = n
+        if op in PER_RANK:
+            if n < nproc:
+                raise OpatlasError(f"--sizes {n}: {op} splits the buffer over the {nproc} ranks "
+                                   f"(--nproc) and needs at least one element per rank")
+            m = n - n % nproc
+            if m != n:
+                notes.append(f"--sizes {n}: {op} on {nproc} ranks measures {m} elements "
+                             f"({m // nproc} per rank)")
+        if m in planned:
+            notes.append(f"--sizes {n}: {m} elements are on the list already; measured once")
+            continue
+        planned.append(m)
+    return planned, notes
+
+
+def buffer_bytes(op: str, elements: int, world: int, dtype: str) -> int:
+    """The bytes one rank of ``collective_worker`` allocates for ``op`` (inputs, outputs and
+    the expected result it checks against)."""
+    per_rank = elements // world
+    counts = {"all_reduce": elements, "all_gather": 2 * elements + per_rank,
+              "reduce_scatter": elements + per_rank, "all_to_all": 3 * elements,
+              "send_recv": elements}
+    return counts[op] * dtype_bytes(dtype)
+
+
+def _bytes(nbytes: float) -> str:
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def available_memory(backend: str, nproc: int) -> tuple[int, str, bool]:
+    """(bytes, what they are, whether they are per rank): the RAM available to all the gloo
+    ranks together, or the smallest GPU's memory for nccl's one GPU per rank. Neither starts
+    a CUDA context."""
+    if backend == "nccl":
+        import torch
+
+        total = min(torch.cuda.get_device_properties(i).total_memory for i in range(nproc))
+        return int(total), "memory of the smallest of its GPUs", True
+    import psutil
+
+    return int(psutil.virtual_memory().available), "RAM available on this node", False
+
+
+def check_memory(op: str, sizes: Sequence[int], nproc: int, dtype: str, backend: str) -> None:
+    """Refuse a size whose buffers cannot fit, before launching ranks that would die on it."""
+    if not sizes:
+        return
+    avail, what, per_rank = available_memory(backend, nproc)
+    for n in sizes:
+        one = buffer_bytes(op, n, nproc, dtype)
+        need = one if per_rank else one * nproc
+        if need > avail:
+            ranks = "each rank" if per_rank else f"{nproc} ranks × {_bytes(one)}"
+            raise OpatlasError(f"--sizes {n}: {op} ({dtype}) needs {_bytes(need)} of buffers "
+                               f"({ranks}), more than the {_bytes(avail)} {what}")
+
+
+def _torchrun_cmd(op: str, sizes: Sequence[int], nproc: int, backend: str, dtype: str,
+                  repeats: int, warmup: int, folder: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+            "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+            "--master-port", str(_free_port()), "-m", "opatlas.ops.collective_worker",
+            "--op", op, "--sizes", ",".join(map(str, sizes)), "--backend", backend,
+            "--dtype", dtype, "--repeats", str(repeats), "--warmup", str(warmup),
+            "--out", str(folder)]
+
+
 def run_collective(op: str, sizes: Sequence[int], nproc: int, *, backend: str = "gloo",
                    dtype: str = "fp32", repeats: int = 10, warmup: int = 3,
-                   link_peak_gbps: float | None = None, timeout_s: float = 600) -> pd.DataFrame:
-    """Launch ``nproc`` ranks with torchrun on this node and measure ``op`` at each size."""
+                   link_peak_gbps: float | None = None,
+                   timeout_s: float = DEFAULT_TIMEOUT_S) -> pd.DataFrame:
+    """Launch ``nproc`` ranks with torchrun on this node and measure ``op`` at each size
+    (:func:`plan_sizes`: rounded down where the collective splits it, each once).
+
+    A failure raises :class:`CollectiveFailed` naming the first rank's own exception, a
+    timeout the same, Ctrl-C :class:`CollectiveInterrupted`; each carries the sizes measured
+    before it (``partial``)."""
     bus_factor(op, max(nproc, 2))
     if nproc < 2:
         raise OpatlasError("a collective needs at least 2 processes (--nproc)")
-    for n in sizes:
-        if n < nproc or n % nproc:
-            raise OpatlasError(f"size {n} must be a positive multiple of the {nproc} ranks")
+    planned, _ = plan_sizes(op, sizes, nproc)
+    check_memory(op, planned, nproc, dtype, backend)
+    return measure(op, planned, nproc, backend=backend, dtype=dtype, repeats=repeats,
+                   warmup=warmup, link_peak_gbps=link_peak_gbps, timeout_s=timeout_s)
+
+
+def measure(op: str, sizes: Sequence[int], nproc: int, *, backend: str, dtype: str,
+            repeats: int, warmup: int, link_peak_gbps: float | None,
+            timeout_s: float) -> pd.DataFrame:
+    """:func:`run_collective` on sizes taken as they are (no check)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "samples.jsonl"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-               "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-               "--master-port", str(_free_port()), "-m", "opatlas.ops.collective_worker",
-               "--op", op, "--sizes", ",".join(map(str, sizes)), "--backend", backend,
-               "--dtype", dtype, "--repeats", str(repeats), "--warmup", str(warmup),
-               "--out", str(out)]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        if proc.returncode != 0 or not out.exists():
-            raise OpatlasError(f"torchrun {op} on {nproc} ranks failed (exit {proc.returncode}):"
-                               f"\n{proc.stderr[-2000:]}")
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        folder = Path(tmp)
+        cmd = _torchrun_cmd(op, sizes, nproc, backend, dtype, repeats, warmup, folder)
+        try:
+            code, stderr = launch(cmd, folder, timeout_s)
+        except KeyboardInterrupt:
+            raise CollectiveInterrupted(_partial(folder, link_peak_gbps)) from None
+        partial = _partial(folder, link_peak_gbps)
+        if code is None:
+            raise CollectiveFailed(f"torchrun {op} on {nproc} ranks timed out after "
+                                   f"{timeout_s:g} s (--timeout){_kept(partial)}", partial)
+        if code != 0 or len(partial) < len(sizes):
+            raise CollectiveFailed(f"torchrun {op} on {nproc} ranks failed: "
+                                   f"{failure_cause(folder, stderr, code)}{_kept(partial)}",
+                                   partial)
+    return partial
+
+
+def _partial(folder: Path, link_peak_gbps: float | None) -> pd.DataFrame:
+    path = folder / SAMPLES
+    lines = path.read_text().splitlines() if path.exists() else []
+    # a line cut short by a kill is not a size measured
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
     return summarize_samples(rows, link_peak_gbps)
+
+
+def _kept(partial: pd.DataFrame) -> str:
+    if partial.empty:
+        return ""
+    sizes = ", ".join(str(n) for n in partial["elements"])
+    return f" (kept the sizes measured before: {sizes})"
+
+
+def launch(cmd: list[str], folder: Path, timeout_s: float) -> tuple[int | None, str]:
+    """Run torchrun in a session of its own: (exit code, or None on timeout; its output).
+    On a timeout or Ctrl-C, every process it started is stopped (:func:`stop`)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    log = folder / "torchrun.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    try:
+        code: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        code = None
+        stop(proc, folder)
+    except BaseException:
+        stop(proc, folder)
+        raise
+    return code, log.read_text(errors="replace")
+
+
+def stop(proc: subprocess.Popen, folder: Path, grace_s: float = 5.0) -> None:
+    """SIGTERM torchrun's session (torchrun then stops its ranks), SIGKILL it after
+    ``grace_s``, then every process whose command line names ``folder``: torchrun starts each
+    rank in a session of its own, so a rank outlives a killed torchrun."""
+    import psutil
+
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        if str(folder) in (p.info["cmdline"] or []) and p.pid != os.getpid():
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+                left.append(p)
+    psutil.wait_procs(left, timeout=grace_s)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def failure_cause(folder: Path, stderr: str, code: int | None) -> str:
+    """The first failure among the ranks, as the rank said it (``rankN.error``), else what
+    torchrun's own output says last."""
+    errors = []
+    for path in folder.glob("rank*.error"):
+        with contextlib.suppress(ValueError, OSError):
+            errors.append(json.loads(path.read_text()))
+    if errors:
+        first = min(errors, key=lambda e: e["time_ns"])
+        at = f" at {first['elements']} elements" if first.get("elements") is not None else ""
+        return f"rank {first['rank']}{at}: {first['message']}"
+    if m := re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.DOTALL):
+        rank, rc = m.group(1), int(m.group(2))
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"
+        return f"rank {rank} ended ({how}) without saying why"
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return f"exit {code}: {lines[-1] if lines else 'no output'}"
 
 
 def summarize_samples(rows: list[dict], link_peak_gbps: float | None = None) -> pd.DataFrame:
@@ -114,7 +322,20 @@ def record(store: object, df: pd.DataFrame, device: str) -> int:
             backend=r["backend"], device=device, dtype=r["dtype"], status=r["status"],
             repeats=len(r["samples_ns"]), min_bytes=float(r["bytes"]), message=r["message"],
             **stats))
+    _drop_invalid(store, rows)
     return store.add_results(rows)  # type: ignore[attr-defined]
+
+
+def _drop_invalid(store: object, rows: list[ResultRow]) -> None:
+    """Delete the stored ``invalid`` rows that ``rows`` measure again: for a collective,
+    ``invalid`` says only that a bus bandwidth beat the ``--link-peak-gbps`` given then (a
+    mistaken one too), so it is replaced like a failure, which the store does by itself."""
+    sql = ("DELETE FROM results WHERE status = 'invalid' AND vector_id = ? AND pass = ? "
+           "AND backend = ? AND device = ? AND dtype = ?")
+    con = store.con  # type: ignore[attr-defined]
+    with store.transaction():  # type: ignore[attr-defined]
+        for r in rows:
+            con.execute(sql, [r.vector_id, r.pass_, r.backend, r.device, r.dtype]).fetchall()
 
 
 def element_bytes(dtype: str) -> int:
