@@ -198,8 +198,8 @@ def test_a_long_text_table_is_plain_text_with_the_same_columns(capsys, tmp_path)
     lines = out.splitlines()
     assert code == 0 and len(lines) == PLAIN_ROWS + 4 and "│" not in out
     assert lines[0] == f"{PLAIN_ROWS + 1} result rows"
-    assert lines[1].split() == ["op", "pass", "params", "status", "median", "µs", "±", "std",
-                                "%", "n", "GFLOP/s"]
+    assert lines[1].split() == ["op", "pass", "params", "status", "median", "µs", "std", "%",
+                                "of", "median", "n", "GFLOP/s"]
     assert lines[3].split() == ["linear", "fwd", "m=0", "ok", "2.00", "1.0", "3", "2.00"]
     code, out, _ = cli_in_process(capsys, "results", "--store", str(path))
     assert code == 0 and "│ linear │ fwd" in out  # 50 rows: rich's table still

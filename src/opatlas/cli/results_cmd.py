@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from opatlas.store import Store
-    from opatlas.store.db import ParamFilter
+    from opatlas.store.db import ImportCounts, ParamFilter
 
 import_app = typer.Typer(help="Read results made elsewhere into the store.", no_args_is_help=True)
 FORMATS = ("table", "csv", "json", "parquet", "ett")
@@ -93,7 +93,8 @@ def _read(store: Path, fmt: str, op: str | None, status: str | None, limit: int 
         op, params = _as_stored(op, stored)
         _check_op(op, stored)
         total = st.count_results(op, status, params)
-        df = st.results(op=op, status=status, params=params, limit=limit or None)
+        df = st.results(op=op, status=status, params=params, limit=limit or None,
+                        by_params=fmt == "table")
         varying = _varying(st, op, status) if fmt == "table" else []
     return df, total, varying
 
@@ -232,6 +233,10 @@ def _varying(st: Store, op: str | None, status: str | None) -> list[str]:
     return [k for k, n in zip(("device", "dtype"), counts, strict=True) if n > 1]
 
 
+# the spread next to the median, as a share of it: the std of the repeats over their median
+# (std over the mean would understate it where an outlier pulls the mean up; a robust spread,
+# MAD or IQR, would need the samples, which the store does not keep)
+SPREAD = "std % of median"
 PLAIN_ROWS = 1000  # beyond this many rows the table is plain fixed-width text: rich's takes
 # 35 s for 51,791 rows, plain text well under one
 
@@ -243,8 +248,7 @@ def _print_table(df: pd.DataFrame, out: Path | None, total: int,
     varying = varying or []
     shown_note = f" (first {len(df)} shown; --limit 0 for all)" if len(df) < total else ""
     title = f"{total} result rows{shown_note}"
-    header = ["op", "pass", *varying, "params", "status", "median µs", "± std %", "n",
-              "GFLOP/s"]
+    header = ["op", "pass", *varying, "params", "status", "median µs", SPREAD, "n", "GFLOP/s"]
     rows = _table_rows(df, varying)
     plain = len(rows) > PLAIN_ROWS
     if out is None:
@@ -261,10 +265,10 @@ def _print_table(df: pd.DataFrame, out: Path | None, total: int,
         if plain:
             tmp.write_text(_plain_table(title, header, rows))
             return
-        from rich.console import Console
+        from opatlas.console import print_wide
 
-        with tmp.open("w") as fh:
-            Console(file=fh).print(_rich_table(title, header, rows))
+        with tmp.open("w") as fh:  # a file has no width: the table's own, not 80 columns
+            print_wide(_rich_table(title, header, rows), file=fh)
 
     write_output(out, write)
     _wrote(f"wrote a table of {len(rows)} rows to {out}", out)
@@ -272,19 +276,20 @@ def _print_table(df: pd.DataFrame, out: Path | None, total: int,
 
 def _table_rows(df: pd.DataFrame, varying: list[str]) -> list[list[str]]:
     """Each row's cells: its op, pass, ``varying`` columns, parameters (all but dtype),
-    status, median µs, std as % of the mean, repeats and GFLOP/s (``-`` where unknown)."""
+    status, median µs, std as % of the median (:data:`SPREAD`), repeats and GFLOP/s (``-``
+    where unknown)."""
     if df.empty:
         return []
-    cols = ["op", "pass", *varying, "params_json", "status", "median_ns", "std_ns", "mean_ns",
-            "repeats", "flops"]
+    cols = ["op", "pass", *varying, "params_json", "status", "median_ns", "std_ns", "repeats",
+            "flops"]
     rows = []
     for values in zip(*(df[c].tolist() for c in cols), strict=True):
-        *head, pj, status, med_ns, std_ns, mean_ns, repeats, flops = values
+        *head, pj, status, med_ns, std_ns, repeats, flops = values
         short = " ".join(f"{k}={v}" for k, v in json.loads(pj).items() if k != "dtype")
         ok = status == "ok" and _known(med_ns)
         med = f"{med_ns / 1e3:.2f}" if ok else "-"
-        spread = (f"{100 * std_ns / mean_ns:.1f}"
-                  if ok and _nonzero(mean_ns) and _known(std_ns) else "-")
+        spread = (f"{100 * std_ns / med_ns:.1f}"
+                  if ok and _nonzero(med_ns) and _known(std_ns) else "-")
         rate = f"{flops / med_ns:.2f}" if ok and _nonzero(med_ns) and _nonzero(flops) else "-"
         rows.append([*(str(v) for v in head), short, str(status), med, spread,
                      str(int(repeats)), rate])
@@ -322,8 +327,22 @@ def import_results(
     from opatlas.store.writing import store_for_writing
 
     with store_for_writing(store) as st, _said_if_interrupted(st, store):
-        n = st.import_results(path)
-    typer.echo(f"added {n} rows to {store}")
+        counts = st.import_results_counted(path)
+    typer.echo(imported_line(counts, store))
+
+
+def imported_line(counts: ImportCounts, store: Path) -> str:
+    """What an import added, and what it did not: rows the store held (kept as stored), how
+    many of those measured other values, rows the file held twice."""
+    line = f"added {counts.added} rows to {store}"
+    if counts.present:
+        line += f"; {counts.present} already present (the stored ones kept)"
+        if counts.differ:
+            line += (f", {counts.differ} of them with other measured values than the file's "
+                     f"(import into another --store to keep the file's)")
+    if counts.repeated:
+        line += f"; {counts.repeated} repeated a key earlier in the file (the first kept)"
+    return line
 
 
 @contextmanager

@@ -162,6 +162,8 @@ def run(
     for line in node_lines(summary):
         typer.echo(line)
     typer.echo(f"store: {store.resolve()}")
+    for note in summary.notes:
+        typer.echo(f"opatlas: {note}", err=True)
     if summary.failed_tasks:
         typer.echo(f"opatlas: {', '.join(summary.failed_tasks)} failed; "
                    f"{counted(summary.not_run, 'vector')} not run: run the same command again "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ import numpy as np
 
 from opatlas.backends import get_backend
 from opatlas.backends.base import backend_dtypes, check_backend_op
+from opatlas.console import counted
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.ops import get_op, load_ops_module
 from opatlas.run.plan import SweepPlan, record_sweep
@@ -64,6 +66,7 @@ class RunSummary:
     failed_earlier: Counter[str] = field(default_factory=Counter)
     not_run: int = 0  # vectors left to run because a task of a job array failed
     failed_tasks: list[str] = field(default_factory=list)  # those tasks, as said to the user
+    notes: list[str] = field(default_factory=list)  # for the user, after the summary (stderr)
 
     @property
     def rate(self) -> float:
@@ -110,6 +113,8 @@ class Runner:
         plan = dataclasses.replace(plan, passes=how.passes)  # done: every pass it measures
         work = plan.work(self.store, cfg.backend, self.device, cfg.retry_failed, also_done)
         summary = RunSummary(total=work.total, skipped=work.skipped, failed_earlier=work.failed)
+        if work.skipped:
+            summary.notes += self._other_settings(plan, how)
         worker = open_worker(self.backend, cfg.backend, cfg.ops_modules, cfg.backend_options)
         builder = RowBuilder(cfg.backend, self.device, self.versions)
         in_process = isinstance(worker, InProcess)
@@ -131,6 +136,49 @@ class Runner:
             summary.elapsed_s = time.monotonic() - t0
             summary.duplicate_rows = writer.ignored
         return summary
+
+
+    def _other_settings(self, plan: SweepPlan, how: Measurement) -> list[str]:
+        """A note when vectors the store holds already (kept, not run again) were measured
+        with other settings than this run's: repeats, or a backend option or version the rows
+        record (their ``versions_json``: ``threads``, ``timing``, torch ...)."""
+        cfg = self.config
+        groups = self.store.settings_of(cfg.backend, self.device, plan.keys, how.passes)
+        samples = _FIXED_SAMPLES.get(cfg.backend, how.repeats)
+        differ = [setting_changes(repeats, versions, samples, self.versions)
+                  for repeats, versions, _ in groups]
+        n = min(plan.valid, sum(g[2] for g, d in zip(groups, differ, strict=True) if d))
+        if not n:
+            return []
+        changes = ", ".join(dict.fromkeys(c for d in differ for c in d))
+        warmup = (" (the warm-up is not recorded, so --warmup cannot be compared)"
+                  if cfg.warmup is not None else "")
+        were = "was" if n == 1 else "were"
+        return [f"note: {counted(n, 'vector')} already in the store {were} measured with "
+                f"other settings than this run's: {changes}{warmup}; they are kept as "
+                f"stored, not measured again (a store keeps each vector's first measurement): "
+                f"to measure them with this run's settings, use another --store"]
+
+
+# backends that record a fixed count of samples whatever --repeats asks (deterministic)
+_FIXED_SAMPLES = {"wormhole-sim": 1}
+
+
+def setting_changes(repeats: int, versions_json: str, now_repeats: int, now_versions: str
+                    ) -> list[str]:
+    """How stored rows' settings (repeats, ``versions_json``) differ from this run's, one
+    phrase each: ``repeats 5 (this run: 9)``, ``threads 1 (this run: 2)``."""
+    out = [f"repeats {repeats} (this run: {now_repeats})"] if repeats != now_repeats else []
+    try:
+        old, new = json.loads(versions_json or "{}"), json.loads(now_versions)
+    except ValueError:  # not ours to judge: an import's free text
+        return out
+    if not isinstance(old, dict):
+        return out
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"{key} {old.get(key, 'unset')} (this run: {new.get(key, 'unset')})")
+    return out
 
 
 def check_backend_dtypes(spec: SweepSpec, backend: str, *, parts: int = 1, part: int = 1,

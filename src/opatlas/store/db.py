@@ -161,6 +161,38 @@ def _insert_new_sql(table: str, columns: Sequence[str], key: Sequence[str], batc
         f"WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.key_hash = n.key_hash AND {same})")
 
 
+# what a result row measured: an import compares these with a stored row of its key
+MEASURED = ("status", "repeats", "mean_ns", "std_ns", "median_ns", "min_ns", "max_ns")
+_TIME_RTOL = 1e-9  # a JSON export keeps 10 decimals (pandas' default): a round trip is equal
+
+
+@dataclass(frozen=True)
+class ImportCounts:
+    """What an import of exported results did: rows ``added``; rows ``present`` (their key
+    was stored, the stored row kept), ``differ`` of them with other measured values; rows
+    ``repeated`` within the file (a key an earlier row of it had: the first one counts)."""
+
+    added: int
+    present: int = 0
+    differ: int = 0
+    repeated: int = 0
+
+
+def _present_sql(batch: str) -> str:
+    """Of ``batch``'s rows (each key's first), the count whose key ``results`` holds and the
+    count of those that differ in a :data:`MEASURED` value (times within
+    :data:`_TIME_RTOL`)."""
+    cols, keys = _column_list(RESULT_COLUMNS), _column_list(RESULT_KEY)
+    same_key = " AND ".join(f'o."{c}" = n."{c}"' for c in RESULT_KEY)
+    same = [f'o."{c}" IS NOT DISTINCT FROM n."{c}"' for c in ("status", "repeats")]
+    same += [f'coalesce(abs(o."{c}" - n."{c}") <= {_TIME_RTOL} * greatest(abs(o."{c}"), '
+             f'abs(n."{c}")), o."{c}" IS NULL AND n."{c}" IS NULL)' for c in MEASURED[2:]]
+    return (f"WITH n AS MATERIALIZED (SELECT {cols}, {key_hash_sql(RESULT_KEY)} AS key_hash "
+            f"FROM {batch} QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {_ORDER}) "
+            f"= 1) SELECT count(*), count(*) FILTER (WHERE NOT ({' AND '.join(same)})) "
+            f"FROM n JOIN results o ON o.key_hash = n.key_hash AND {same_key}")
+
+
 def _replace_failed_sql(table: str, key: Sequence[str], batch: str) -> str:
     """Delete the failed rows of ``table`` that a row of ``batch`` has the key of and answers:
     any final row (``ok``, ``invalid``), as a re-run's would, however old (an imported part
@@ -253,6 +285,13 @@ def _looks_like_duckdb(path: Path) -> bool:
     return len(head) >= 12 and head[8:12] == b"DUCK"
 
 
+_PARAM_VALUE = """json_extract_string(params_json, '$."' || k || '"')"""
+# a row's parameters in its own order (the spec's), each a number where it is one, so that
+# dim 512 sorts before 1024 and role="qkv" by its text: lists and structs compare in order
+PARAMS_ORDER = (f"[{{'n': TRY_CAST({_PARAM_VALUE} AS DOUBLE), 's': {_PARAM_VALUE}}} "
+                f"for k in json_keys(params_json)]")
+
+
 class Store:
     """A results store. Use as a context manager, or call :meth:`close`."""
 
@@ -260,6 +299,7 @@ class Store:
         self.path = Path(path)
         self.memory_limit: int | None = None  # bytes, when set by limit_memory
         self.schema_version = SCHEMA_VERSION  # 1 for a schema-1 store opened read-only
+        self.last_import: ImportCounts | None = None  # what the last import_results did
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder; a store is a DuckDB file (e.g. "
                              f"{self.path / 'opatlas.duckdb'})")
@@ -394,12 +434,17 @@ class Store:
             return 0
         return self._insert_results_df(df)
 
-    def _insert_results_df(self, df: pd.DataFrame) -> int:
+    def _insert_results_df(self, df: pd.DataFrame, present: list[int] | None = None) -> int:
+        """Insert ``df``'s rows (:meth:`add_results`); ``present``, when given, is filled with
+        the counts of those kept out because the store holds their key, and of those with
+        other measured values (:func:`_present_sql`), in the same transaction."""
         batch = df[list(RESULT_COLUMNS)].assign(**{_ORDER: np.arange(len(df))})
 
         def replace_failed_then_insert() -> int:
             self._check_writable()
             self.con.execute(_replace_failed_sql("results", RESULT_KEY, "_new_results"))
+            if present is not None:
+                present[:] = self.con.execute(_present_sql("_new_results")).fetchall()[0]
             return self._insert_new("results", "_new_results")
 
         return self._write(replace_failed_then_insert, _new_results=batch)
@@ -551,18 +596,49 @@ class Store:
         hi, lo = np.asarray(cols["hi"]), np.asarray(cols["lo"])
         return {s: keys_from_halves(hi[status == s], lo[status == s]) for s in statuses}
 
+    def settings_of(self, backend: str, device: str, keys: np.ndarray, passes: Sequence[str]
+                    ) -> list[tuple[int, str, int]]:
+        """How the ``ok`` rows of these vectors (``keys``: :mod:`opatlas.store.keys`) and
+        ``passes`` were measured on (backend, device): (repeats, versions_json, vectors) for
+        each pair of values found, the most vectors first."""
+        if not len(keys) or not passes:
+            return []
+        halves = np.frombuffer(np.ascontiguousarray(keys).tobytes(), dtype=">u8").reshape(-1, 2)
+        frame = pd.DataFrame({"hi": halves[:, 0].astype(np.uint64),
+                              "lo": halves[:, 1].astype(np.uint64)})
+        half = "try_cast('0x' || substr(r.vector_id, {}, 16) AS UBIGINT)"
+        sql = (f"SELECT r.repeats, r.versions_json, count(DISTINCT r.vector_id) AS n "
+               f"FROM results r JOIN _keys k ON k.hi = {half.format(1)} "
+               f"AND k.lo = {half.format(17)} WHERE r.backend = ? AND r.device = ? "
+               f"AND r.status = 'ok' AND r.pass IN ({', '.join('?' * len(passes))}) "
+               f"GROUP BY ALL ORDER BY n DESC, r.repeats, r.versions_json")
+
+        def read() -> list[tuple[int, str, int]]:
+            self.con.register("_keys", frame)
+            try:
+                rows = self.con.execute(sql, [backend, device, *passes]).fetchall()
+            finally:
+                self.con.unregister("_keys")
+            return [(int(r or 0), str(v), int(n)) for r, v, n in rows]
+
+        return self._with_memory(read)
+
     def results(self, *, op: str | None = None, where_sql: str | None = None,
                 expand_params: bool = True, status: str | None = None,
-                limit: int | None = None, params: ParamFilter | None = None) -> pd.DataFrame:
+                limit: int | None = None, params: ParamFilter | None = None,
+                by_params: bool = False) -> pd.DataFrame:
         """Result rows (filters and the limit run in DuckDB, so huge stores stay cheap);
-        ``params``: only rows whose parameters have these values (:class:`ParamFilter`)."""
+        ``params``: only rows whose parameters have these values (:class:`ParamFilter`).
+        Ordered by op, vector id and pass; ``by_params``: by op, pass and the parameters
+        (:data:`PARAMS_ORDER`), then backend and device, as a reader looks for a shape."""
         sql = f"SELECT {_column_list(RESULT_COLUMNS)} FROM results"
         conds, args = _result_conditions(op, status, params)
         if where_sql:
             conds.append(f"({where_sql})")
         if conds:
             sql += " WHERE " + " AND ".join(conds)
-        sql += " ORDER BY op, vector_id, pass"
+        sql += (f" ORDER BY op, pass, {PARAMS_ORDER}, backend, device, vector_id" if by_params
+                else " ORDER BY op, vector_id, pass")
         if limit:
             sql += f" LIMIT {int(limit)}"
         df = self._with_memory(lambda: self.con.execute(sql, args).df())
@@ -601,18 +677,30 @@ class Store:
             raise StoreError(f"export to {path}: use a .parquet or .csv file name")
         return path
 
+    def import_results_counted(self, path: str | os.PathLike[str]) -> ImportCounts:
+        """:meth:`import_results`, and what it did not add, and why (:class:`ImportCounts`)."""
+        added = self.import_results(path)
+        return self.last_import or ImportCounts(added=added)
+
     def import_results(self, path: str | os.PathLike[str]) -> int:
-        """Read results exported by :meth:`export` (Parquet, CSV or JSON); returns rows added.
+        """Read results exported by :meth:`export` (Parquet, CSV or JSON); returns rows added,
+        and keeps all its counts in ``last_import``.
 
         The file is checked whole first (:func:`opatlas.store.checks.check_results`): a bad
         one is refused, naming its first bad row, and nothing of it is written. Its final
         rows (``ok``, ``invalid``) replace failures stored for their keys, as a re-run's
-        would, and come first within the file too."""
+        would, and come first within the file too. A row whose key the store holds otherwise
+        is not added (the stored one is kept), and counted, as are those of them that
+        measured other values."""
+        self.last_import = self._import_results(Path(path))
+        return self.last_import.added
+
+    def _import_results(self, path: Path) -> ImportCounts:
         from opatlas.store.checks import check_results
 
-        df = read_exported(Path(path))
+        df = read_exported(path)
         if df.empty and not len(df.columns):  # an empty JSON export ([]) names no columns
-            return 0
+            return ImportCounts(added=0)
         missing = [c for c in RESULT_COLUMNS if c not in df.columns]
         if missing:
             raise StoreError(f"{path} lacks result column(s) {missing}")
@@ -621,7 +709,10 @@ class Store:
             df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
         failed = (~df["status"].isin(FINAL_STATUSES)).to_numpy()
         df = df.iloc[np.argsort(failed, kind="stable")]  # within the file, answers win too
-        return self._insert_results_df(df)
+        present: list[int] = []
+        added = self._insert_results_df(df, present)
+        return ImportCounts(added=added, present=present[0], differ=present[1],
+                            repeated=int(df.duplicated(list(RESULT_KEY)).sum()))
 
 
 @dataclass(frozen=True)
@@ -676,12 +767,33 @@ def read_exported(path: Path) -> pd.DataFrame:
 
 
 def expand_param_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Add one column per vector parameter (from ``params_json``) after the fixed columns."""
+    """Add one column per vector parameter (from ``params_json``) after the fixed columns.
+
+    A parameter whose values are all integers stays integer, also where some rows lack it
+    (several ops in one store): pandas' nullable ``Int64`` there, where a plain frame would
+    turn the column into floats (``dim`` 512.0 in a CSV or JSON export)."""
     if df.empty or "params_json" not in df:
         return df
-    params = pd.DataFrame([json.loads(s) for s in df["params_json"]], index=df.index)
+    records = [json.loads(s) for s in df["params_json"]]
+    params = pd.DataFrame(records, index=df.index)
     params = params.drop(columns=[c for c in params.columns if c in df.columns])
+    for col in params.columns:
+        if (ints := _int_column(records, col)) is not None:
+            params[col] = ints
     return pd.concat([df, params], axis=1)
+
+
+def _int_column(records: Sequence[Mapping[str, Any]], key: str
+                ) -> pd.api.extensions.ExtensionArray | None:
+    """``key``'s values as integers (``Int64``, missing where a record lacks it or holds
+    null), or None unless every value given is an integer (a bool is not)."""
+    values = [r.get(key) for r in records]
+    if not all(v is None or type(v) is int for v in values):
+        return None
+    try:
+        return pd.array(values, dtype="Int64" if None in values else "int64")
+    except (OverflowError, TypeError):  # beyond 64 bits: left as pandas reads them
+        return None
 
 
 class _Transaction:
