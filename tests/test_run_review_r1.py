@@ -19,6 +19,7 @@ from opatlas.run import RunConfig, run_spec
 from opatlas.run.runner import check_backend_dtypes
 from opatlas.run.worker import WorkerHandle
 from opatlas.spec import load_spec, spec_from_mapping
+from opatlas.spec.model import SweepSpec
 from opatlas.store import ResultRow, Store
 
 # a backend whose start-up takes 3 s; a measure before start() pays it (as PyTorch's import
@@ -188,7 +189,7 @@ def test_a_dtype_the_backend_cannot_run_is_refused_before_a_store_is_written(cap
 def test_a_selection_without_the_dtype_runs(tmp_path):
     spec = spec_from_mapping(GELU)
     check_backend_dtypes(spec, "cpu", where="dtype == 'fp32'")  # no error
-    check_backend_dtypes(spec_from_mapping({**GELU, "dtype": "fp8", "params": {
+    check_backend_dtypes(SweepSpec.model_validate({**GELU, "dtype": "fp8", "params": {
         "b": [1], "l": [8], "dim": [8], "dtype": ["fp32"]}}), "cpu")  # the axis wins
     with pytest.raises(SpecError, match="key 'dtype', value 'int8'"):
         check_backend_dtypes(spec_from_mapping({**GELU, "dtype": "int8", "params": {

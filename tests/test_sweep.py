@@ -159,73 +159,7 @@ def test_gpu_session_script_dry_run_on_cpu(tmp_path):
 
 # -- streaming expansion (issue 15: the driver never holds the whole sweep) -------------------
 
-def _old_expand(spec, parts=1, part=1, where=None):
-    """The expansion as it was before it streamed (materialise, group into suites, downsample
-    each, sort by grid index): the reference the stream must match exactly."""
-    from collections import Counter
-
-    from opatlas.expressions import Expression
-    from opatlas.ops import get_op
-    from opatlas.sweep.expand import Vector, _invalid_reason, grid, in_part
-
-    op, fixed = get_op(spec.op)
-    constraints = [Expression.parse(c) for c in spec.constraints]
-    select = Expression.parse(where) if where else None
-    invalid, invalid_vectors, suites = Counter(), [], {}
-    for i, raw in enumerate(grid(spec)):
-        if not in_part(i, parts, part) or (select is not None and not select(raw)):
-            continue
-        vec = Vector.make(spec.op, raw, i)
-        reason = _invalid_reason(op, fixed, raw, constraints)
-        if reason is not None:
-            invalid[reason] += 1
-            invalid_vectors.append((vec, reason))
-            continue
-        suites.setdefault(tuple(raw.get(k) for k in spec.suite_by), []).append(vec)
-    vectors = []
-    for members in suites.values():
-        kept = members
-        while spec.max_per_suite is not None and len(kept) > spec.max_per_suite:
-            kept = kept[1::2]
-        vectors.extend(kept)
-        if len(kept) < len(members):
-            invalid["downsampled"] += len(members) - len(kept)
-    vectors.sort(key=lambda v: v.index)
-    return vectors, invalid_vectors, invalid
-
-
-FILTERED = {"name": "filtered", "op": "linear",
-            "params": {"mp": [1, 2, 4], "b": [1, 2, 3], "l": list(range(128, 1153, 128)),
-                       "dim": [256, 384, 512, 1024]},
-            "constraints": ["dim % (mp * 128) == 0", "l * b <= 2048"],
-            "suite_by": ["mp", "b"], "max_per_suite": 5}
-
-
-@given(parts=st.integers(1, 5), batch=st.sampled_from([1, 7, 64, 20_000]))
-def test_streamed_ids_and_parts_are_those_of_the_old_expansion(parts, batch):
-    """Same ids, grid indices (hence --parts assignment), order, invalid vectors and reasons,
-    with a where-filter, constraints and per-suite downsampling, whatever the batch size."""
-    from opatlas.sweep import VectorStream
-
-    spec = spec_from_mapping(FILTERED)
-    where = "l != 384 and dim >= 384"
-    assert _old_expand(spec, where=where)[2]["downsampled"] > 0  # the suites are exercised
-    for part in range(1, parts + 1):
-        old_vectors, old_invalid, old_counts = _old_expand(spec, parts, part, where)
-        stream = VectorStream(spec, parts=parts, part=part, where=where, keep_invalid=True,
-                              batch_size=batch)
-        batches = list(stream)
-        vectors = [v for b in batches for v in b.vectors]
-        invalid = [(v, r) for b in batches for v, r in b.invalid]
-        assert [(v.index, v.id) for v in vectors] == [(v.index, v.id) for v in old_vectors]
-        assert [(v.index, v.id, r) for v, r in invalid] == \
-            [(v.index, v.id, r) for v, r in old_invalid]
-        assert stream.invalid == old_counts and stream.valid == len(old_vectors)
-        assert all(len(b) <= max(batch, 1) for b in batches[:-1])
-        whole = expand(spec, parts=parts, part=part, where=where, keep_invalid=True)
-        assert [v.id for v in whole.vectors] == [v.id for v in vectors]
-        assert expand(spec, parts=parts, part=part, where=where,
-                      materialize=False).summary() == whole.summary()
+# (streamed parts and selections against a whole-grid reference: test_sweep_review_s35.py)
 
 
 def test_reshard_stream_has_the_old_ids():

@@ -44,7 +44,7 @@ def expand_cmd(
     from opatlas.sweep import expand
     s = load(spec, ops_module)
     result = expand(s, parts=parts, part=part, where=where, materialize=out is not None)
-    if where and not result.valid:
+    if not result.valid:  # a spec or a --where leaving none: refused, as `opatlas run` does
         _refuse_empty_selection(s, where, result.invalid, parts, "nothing to expand")
     if out is not None:
         _write_vectors(result.vectors, out)
@@ -65,10 +65,11 @@ def expand_cmd(
         typer.echo(f"wrote {counted(len(result.vectors), 'vector')} to {out}")
 
 
-def _refuse_empty_selection(spec: SweepSpec, where: str, invalid: Counter[str], parts: int,
-                            consequence: str) -> None:
-    """Refuse a ``--where`` that selects no valid vector, as ``opatlas run`` does. Of one
-    part, only where the whole sweep holds none either: a part may be empty by chance."""
+def _refuse_empty_selection(spec: SweepSpec, where: str | None, invalid: Counter[str],
+                            parts: int, consequence: str) -> None:
+    """Refuse a spec (its constraints, its op's rules) or a ``--where`` that leaves no valid
+    vector, as ``opatlas run`` does. Of one part, only where the whole sweep holds none
+    either: a part may be empty by chance."""
     if parts > 1:
         from opatlas.sweep import VectorStream
 
@@ -114,7 +115,7 @@ def export_tt_cmd(
     s = load(spec, None)
     check_reshard(s.op)
     result = expand(s, where=where)
-    if where and not result.valid:
+    if not result.valid:
         _refuse_empty_selection(s, where, result.invalid, 1, "nothing written")
     vectors = result.vectors
     typer.echo(f"writing {len(vectors):,} vectors under {outdir} (--where picks fewer)",

@@ -135,3 +135,11 @@ def _grad_like(out: Any) -> Any:
     import torch
 
     return torch.ones_like(out)
+
+
+def zero_means_not_given(defaults: Mapping[str, Any], name: str) -> bool:
+    """Whether 0 is the size ``name``'s catalog default, meaning "not given" (linear's ffn:
+    4·dim; kv_heads: heads; head_dim): then 0 is a value of ``name`` in a spec, a ``--shape``
+    and a table of shapes, not a size of nothing."""
+    default = defaults.get(name)
+    return default == 0 and not isinstance(default, bool)

@@ -747,6 +747,8 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
     """``["mp=2", "b=4", ...]`` (or ``["mp=2,b=4", ...]``) -> a shape: numbers (≥ 0, finite)
     for every parameter except the catalog's named ones (``role``, ``stage``, ...); each
     problem, a parameter given twice too, is one clear error."""
+    from opatlas.ops.base import zero_means_not_given
+
     named, whole, known = _param_kinds(op)
     params: dict[str, Any] = {}
     for item in (part for given in items for part in given.split(",") if part.strip()):
@@ -767,7 +769,8 @@ def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
         except ValueError:
             raise OpatlasError(f"--shape {item!r}: {k} must be a number") from None
         # a size whose default is 0 ("not given": ffn, kv_heads, head_dim) takes 0 as that
-        if problem := number_problem(k, num, k in whole, zero_ok=known.get(k) == 0, shown=v):
+        if problem := number_problem(k, num, k in whole,
+                                     zero_ok=zero_means_not_given(known, k), shown=v):
             raise OpatlasError(f"--shape {item!r}: {problem}")
         params[k] = int(num) if num.is_integer() and abs(num) < 2**53 else num
     return params
@@ -780,7 +783,7 @@ def check_values(op: str, table: Columns, first: np.ndarray | None = None) -> No
     catalog's rules reject (``dim % mp != 0``). NaN is a row leaving the key out (as
     :mod:`opatlas.columns` reads rows), left to the op's default. ``first``: one row per
     distinct shape (the rules run once per shape; the number checks are vectorised)."""
-    from opatlas.ops.base import SIZE_PARAMS
+    from opatlas.ops.base import SIZE_PARAMS, zero_means_not_given
 
     named, whole, known = _param_kinds(op)
     n = n_rows(table)
@@ -788,7 +791,7 @@ def check_values(op: str, table: Columns, first: np.ndarray | None = None) -> No
         if k in named or not is_numeric(values):
             continue
         arr = values.astype(float)
-        zero_ok = known.get(k) == 0 and not isinstance(known.get(k), bool)
+        zero_ok = zero_means_not_given(known, k)
         finite = np.isfinite(arr)
         bad = (~finite & ~np.isnan(arr)) | (arr < 0)  # NaN: a row leaving the key out
         if k in SIZE_PARAMS and not zero_ok:

@@ -105,8 +105,37 @@ def _validated(data: dict[str, Any], file: str) -> SweepSpec:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise _spec_error(exc, data, file) from None
+    _check_given_once(spec, file)
     _check_op(spec, file)
     return spec
+
+
+def _check_given_once(spec: SweepSpec, file: str) -> None:
+    """A parameter is given in one place: the grid takes ``fixed`` over ``params`` and either
+    over the top-level ``dtype``, so the other would be silently ignored (or, ``fixed`` over
+    ``params``, expand into the same vector once per value)."""
+    given: dict[str, str] = {}
+    if "dtype" in spec.model_fields_set and spec.source != "ett":  # ett: opatlas's fp16
+        given["dtype"] = "dtype"
+    keys = [(f"params.{key}", name) for key, name in spec.axis_names()]
+    keys += [(f"fixed.{name}", name) for name in spec.fixed]
+    for key, name in keys:
+        if name in given:
+            first = given[name]
+            raise SpecError(f"{name} is given twice, as {first} and as {key} (the vectors "
+                            f"would take {key} and ignore {first}): give it in one place",
+                            file=file, key=first, value=_written(spec, first))
+        given[name] = key
+
+
+def _written(spec: SweepSpec, key: str) -> Any:
+    """The value of ``key`` (``dtype``, ``params.<axis>``, ``fixed.<name>``) as the spec has
+    it: a range as its mapping."""
+    part, _, name = key.partition(".")
+    if not name:
+        return getattr(spec, part)
+    value = getattr(spec, part)[name]
+    return value.model_dump(by_alias=True) if hasattr(value, "model_dump") else value
 
 
 def _in_ett_terms(exc: SpecError, ett: Mapping[str, Any]) -> SpecError:
@@ -126,7 +155,45 @@ def _in_ett_terms(exc: SpecError, ett: Mapping[str, Any]) -> SpecError:
 
 
 def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> SpecError:
-    err = exc.errors()[0]
+    """Every problem pydantic found, each with its key and value: the first as the error
+    (with how many more there are), the others as continuation lines under it. pydantic
+    reports one bad value once per form it may take (list, range, scalar...): a key's
+    first report stands for them all."""
+    firsts: dict[tuple[str, ...], Any] = {}
+    for err in exc.errors():
+        firsts.setdefault(_written_prefix(err, data), err)
+    first, *others = firsts.values()
+    error = _one_problem(first, data, file)
+    if not others:
+        return error
+    lines = [error.detail + f" ({len(others)} more problem(s))"]
+    for err in others:
+        also = _one_problem(err, data, file)
+        said = [f"key '{also.key}'"] if also.key is not None else []
+        said += [f"value {also.value!r}"] if also.value is not None else []
+        lines.append(f"  also: {', '.join(said)}: {also.detail}" if said else
+                     f"  also: {also.detail}")
+    return SpecError("\n".join(lines), file=file, key=error.key, value=error.value)
+
+
+def _written_prefix(err: Any, data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys of an error's location that the file writes, up to the first it does not
+    (a name pydantic gives a form of the value): the key the problem is about."""
+    keys: list[str] = []
+    node: Any = data
+    for part in (str(p) for p in err["loc"]):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            break
+        keys.append(part)
+    return tuple(keys)
+
+
+def _one_problem(err: Any, data: Mapping[str, Any], file: str) -> SpecError:
+    """One of pydantic's errors as a ``SpecError`` naming the key and value the file wrote."""
     loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "lax-"))]
     # pydantic adds union-branch names to loc; keep the path of keys the user wrote
     keys, node = [], data
@@ -150,8 +217,7 @@ def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> Spe
         missing = loc[len(keys)] if len(loc) > len(keys) else (key or "?")
         return SpecError(f"required key '{missing}' is missing", file=file,
                          key=".".join([*keys, missing]) if keys else missing)
-    extra = "" if len(exc.errors()) == 1 else f" ({len(exc.errors()) - 1} more problem(s))"
-    return SpecError(f"{msg}{extra}", file=file, key=key, value=value)
+    return SpecError(msg, file=file, key=key, value=value)
 
 
 def _from_ett(data: dict[str, Any], file: str) -> dict[str, Any]:
@@ -208,7 +274,8 @@ def _refuse_builtin_only(name: Any, file: str) -> None:
         raise SpecError(f"op '{op.name}' is swept by its built-in spec (the seed's grids, "
                         f"shapes and strategies), not a file's: select part of it with "
                         f"`opatlas run {op.name} --where \"input_core_grid == '2x2'\"` "
-                        f"(`opatlas sweep expand {op.name} --json` shows its parameters)",
+                        f"(`opatlas ops` lists its parameters; `opatlas sweep expand "
+                        f"{op.name} --where ... --out v.json` writes its vectors)",
                         file=file, key="op", value=name)
 
 
@@ -227,7 +294,7 @@ def _check_op(spec: SweepSpec, file: str) -> None:
     if missing:
         raise SpecError(f"op '{op.name}' needs parameter(s) {missing}, which the spec "
                         f"does not give", file=file, key="params", value=sorted(provided))
-    _check_sizes(spec, file)
+    _check_sizes(spec, {**op.defaults, **fixed}, file)
     _check_dtypes(spec, file)
     _check_choices(spec, op, file)
     _check_duplicates(spec, file)
@@ -290,14 +357,15 @@ def _check_choices(spec: SweepSpec, op: Op, file: str) -> None:
                             value=value)
 
 
-def _check_sizes(spec: SweepSpec, file: str) -> None:
+def _check_sizes(spec: SweepSpec, defaults: Mapping[str, Any], file: str) -> None:
     """Sizes and splits (``SIZE_PARAMS``) are whole numbers >= 1: an op would truncate 128.5
-    to 128 and store the same work under another vector."""
-    from opatlas.ops.base import SIZE_PARAMS
+    to 128 and store the same work under another vector. 0 is taken where it is the op's
+    catalog ``defaults`` (``opatlas ops``: linear's ffn=0, "not given", 4·dim then)."""
+    from opatlas.ops.base import SIZE_PARAMS, zero_means_not_given
 
     for key, name, v in spec.named_values():
         whole = isinstance(v, int | float) and not isinstance(v, bool) and \
-            float(v).is_integer() and v >= 1
+            float(v).is_integer() and (v >= 1 or (v == 0 and zero_means_not_given(defaults, name)))
         if name in SIZE_PARAMS and not whole:
             raise SpecError("a size or split must be a whole number >= 1 (check the range's "
                             "start and step)", file=file, key=f"params.{key}", value=v)

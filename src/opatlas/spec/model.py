@@ -150,21 +150,34 @@ class SweepSpec(BaseModel):
 
     def param_names(self) -> list[str]:
         """Every parameter the grid sets, tied ones by their own names, in spec order."""
-        return [n for key, val in self.params.items() for n in _tied_names(key, val) or [key]]
+        return [name for _, name in self.axis_names()]
+
+    def axis_names(self) -> list[tuple[str, str]]:
+        """(axis, parameter) of every parameter the grid sets, in spec order: a tied axis
+        gives each of its parameters."""
+        return [(key, n) for key, val in self.params.items()
+                for n in _tied_names(key, val) or [key]]
 
     @model_validator(mode="after")
     def _suites_name_params(self) -> SweepSpec:
         known = set(self.param_names()) | set(self.fixed) | {"dtype"}
+        of_op = _op_parameters(self.op)
         for key in self.suite_by:
+            if key in of_op and key not in known:
+                raise ParamError("suite_by", f"names {_unlisted(self.op, of_op, {key}, 'group by')}")
             if key not in known:
                 raise ParamError("suite_by", f"names {key!r}, which is not a parameter (the "
                                              f"spec's are {', '.join(sorted(known))})")
         for e in self.constraints:
             unknown = Expression.parse(e).names - known
+            strangers = sorted(unknown - set(of_op))
+            listed = _unlisted(self.op, of_op, unknown, "constrain")
+            if strangers:
+                raise ParamError("constraints", f"{e!r} names unknown parameters {strangers} "
+                                                f"(the spec's are {', '.join(sorted(known))})"
+                                                + (f"; and {listed}" if listed else ""))
             if unknown:
-                raise ParamError("constraints", f"{e!r} names unknown parameters "
-                                                f"{sorted(unknown)} (the spec's are "
-                                                f"{', '.join(sorted(known))})")
+                raise ParamError("constraints", f"{e!r} names {listed}")
         return self
 
     def axes(self) -> list[tuple[str, list[Any]]]:
@@ -204,6 +217,38 @@ class SweepSpec(BaseModel):
         for _, vals in self.axes():
             n *= len(vals)
         return n
+
+
+_NO_DEFAULT = object()
+
+
+def _op_parameters(name: str) -> dict[str, Any]:
+    """The parameters op ``name`` takes, each with its catalog default (or the value its alias
+    fixes; ``_NO_DEFAULT`` for a required one); {} for an op outside the catalog (said where
+    the loader checks the op)."""
+    from opatlas.errors import OpatlasError
+    from opatlas.ops import get_op  # local: the catalog may pull optional modules
+
+    try:
+        op, fixed = get_op(name)
+    except OpatlasError:
+        return {}
+    return {**dict.fromkeys(op.params, _NO_DEFAULT), **op.defaults, **fixed}
+
+
+def _unlisted(op: str, of_op: Mapping[str, Any], names: set[str], verb: str) -> str:
+    """Those of ``names`` that op ``op`` takes, said as parameters the spec must list to
+    ``verb`` them ("" if none). They are not bound to the op's defaults: ``mp`` left out is
+    1, and ``dim >= mp * 256`` would be a constant over the sweep, most likely not meant."""
+    taken = sorted(n for n in names if n in of_op)
+    if not taken:
+        return ""
+    said = " and ".join(n if of_op[n] is _NO_DEFAULT else f"{n} (default {of_op[n]!r})"
+                        for n in taken)
+    one = len(taken) == 1
+    return (f"{said}, {'a parameter' if one else 'parameters'} of op {op!r} that the spec "
+            f"does not list: list {'it' if one else 'them'} under params (or fixed) to "
+            f"{verb} {'it' if one else 'them'}")
 
 
 def _range_problem(exc: ValidationError) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -262,7 +263,8 @@ def expand(spec: SweepSpec, *, parts: int = 1, part: int = 1, where: str | None 
     validity is judged. A run streams the same expansion instead (:class:`VectorStream`).
 
     Invalid vectors are counted by reason (and kept in ``invalid_vectors`` when asked);
-    with ``max_per_suite`` each suite's valid vectors are downsampled by the every-other rule.
+    with ``max_per_suite`` each suite's valid vectors are downsampled by the every-other rule,
+    over the whole sweep: a part or a selection is a subset of the downsampled sweep.
     ``materialize=False`` counts without building every vector.
     """
     stream = VectorStream(spec, parts=parts, part=part, where=where,
@@ -301,22 +303,18 @@ class SuiteThinner:
 
 
 def _expand_generic(stream: VectorStream) -> Iterator[ExpansionBatch]:
-    """Grid order; invalid points counted by reason; suites thinned with their sizes from a
-    first, counting pass (only when the spec downsamples)."""
+    """Grid order; invalid points counted by reason; with ``max_per_suite``, suites thinned
+    over the whole grid before the part and the selection are taken (:func:`_thinned`)."""
     spec = stream.spec
-    thinner = None
-    if spec.max_per_suite is not None:
-        sizes = Counter(_suite_key(spec, raw) for _, raw, reason in _judged(stream)
-                        if reason is None)
-        thinner = SuiteThinner(sizes, spec.max_per_suite)
+    points = _judged(stream) if spec.max_per_suite is None else _thinned(stream)
     batch = ExpansionBatch()
-    for i, raw, reason in _judged(stream):
-        if reason is not None:
+    for i, raw, reason in points:
+        if reason == DOWNSAMPLE_REASON:
+            stream.invalid[DOWNSAMPLE_REASON] += 1
+        elif reason is not None:
             stream.invalid[reason] += 1
             if stream.keep_invalid:
                 batch.invalid.append((Vector.make(spec.op, raw, i), reason))
-        elif thinner is not None and not thinner.keep(_suite_key(spec, raw)):
-            stream.invalid[DOWNSAMPLE_REASON] += 1
         else:
             batch.valid += 1
             if stream.materialize:
@@ -330,14 +328,50 @@ def _expand_generic(stream: VectorStream) -> Iterator[ExpansionBatch]:
 def _judged(stream: VectorStream) -> Iterator[tuple[int, dict[str, Any], str | None]]:
     """Every grid point of the stream's part and selection: (index, parameters, why it is
     invalid or None)."""
-    op, fixed = get_op(stream.spec.op)
-    constraints = [Expression.parse(c) for c in stream.spec.constraints]
+    judge = _judge(stream.spec)
     for i, raw in enumerate(grid(stream.spec)):
-        if not in_part(i, stream.parts, stream.part):
-            continue
-        if stream.select is not None and not selected(stream, stream.select, raw):
-            continue
-        yield i, raw, _invalid_reason(op, fixed, raw, constraints)
+        if _taken(stream, i, raw):
+            yield i, raw, judge(raw)
+
+
+def _thinned(stream: VectorStream) -> Iterator[tuple[int, dict[str, Any], str | None]]:
+    """As :func:`_judged`, with the valid points that downsampling drops given the reason
+    ``DOWNSAMPLE_REASON``. Suites are thinned over the whole grid, as the whole sweep thins
+    them, and only then is the part or the selection taken: the parts together are the
+    whole sweep, and a selection is a subset of it (as the built-in reshard expander does).
+    A first pass judges every point once and keeps its reason as a small code."""
+    spec = stream.spec
+    judge = _judge(spec)
+    reasons: dict[str | None, int] = {None: 0}
+    codes = array("I")
+    sizes: Counter[tuple[Any, ...]] = Counter()
+    for raw in grid(spec):
+        reason = judge(raw)
+        codes.append(reasons.setdefault(reason, len(reasons)))
+        if reason is None:
+            sizes[_suite_key(spec, raw)] += 1
+    named = {code: reason for reason, code in reasons.items()}
+    thinner = SuiteThinner(sizes, spec.max_per_suite or 1)
+    for i, raw in enumerate(grid(spec)):
+        reason = named[codes[i]]
+        if reason is None and not thinner.keep(_suite_key(spec, raw)):
+            reason = DOWNSAMPLE_REASON
+        if _taken(stream, i, raw):
+            yield i, raw, reason
+
+
+def _judge(spec: SweepSpec) -> Callable[[Mapping[str, Any]], str | None]:
+    """Why a grid point of ``spec`` is invalid (None: it is valid)."""
+    op, fixed = get_op(spec.op)
+    constraints = [Expression.parse(c) for c in spec.constraints]
+    return lambda raw: _invalid_reason(op, fixed, raw, constraints)
+
+
+def _taken(stream: VectorStream, index: int, raw: Mapping[str, Any]) -> bool:
+    """Whether grid point ``index`` is in the stream's part and selection."""
+    if not in_part(index, stream.parts, stream.part):
+        return False
+    return stream.select is None or selected(stream, stream.select, raw)
 
 
 def selected(stream: VectorStream, select: Expression, params: Mapping[str, Any]) -> bool:
