@@ -149,3 +149,11 @@ def test_data_device_still_says_no_counts_for_catalog_ops():
     with pytest.raises(OpatlasError) as info:
         data_device(rows, "MyGPU", "fp16")
     assert str(info.value).endswith("no FLOP or byte counts to derive a roofline from")
+
+
+def test_a_slow_devices_roofline_is_said_in_its_own_units():
+    """A CPU's 10.8 GFLOP/s was said as '0.0 TFLOP/s', read as no compute at all."""
+    from opatlas.fit.catalog import unknown_device_note
+
+    note = unknown_device_note("AMD EPYC", 1.08e10, 9.5e10, "fp32", 702)
+    assert "(10.80 GFLOP/s fp32, 95.00 GB/s, best of 702 samples)" in note

@@ -63,3 +63,13 @@ def stdout_gone() -> None:
         os.close(devnull)
     except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
         pass
+
+
+SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fmt_si(v: float, unit: str) -> str:
+    for scale, prefix in SI:
+        if abs(v) >= scale:
+            return f"{v / scale:.2f} {prefix}{unit}"
+    return f"{v:.3g} {unit}".strip()

@@ -10,10 +10,10 @@ from typing import Any
 import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column
+from opatlas.console import fmt_si
 
 UTIL_GOOD, UTIL_BAD = 0.50, 0.25  # utilization: green above, red below
 ERROR_WARN, ERROR_BAD = 0.20, 0.50  # estimate vs measured: yellow at, red at
-SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
 def missing(v: Any) -> bool:
@@ -27,13 +27,6 @@ def fmt_seconds(v: float) -> str:
     if a >= 1e-3:
         return f"{v * 1e3:.3f} ms"
     return f"{v * 1e6:.1f} µs"
-
-
-def fmt_si(v: float, unit: str) -> str:
-    for scale, prefix in SI:
-        if abs(v) >= scale:
-            return f"{v / scale:.2f} {prefix}{unit}"
-    return f"{v:.3g} {unit}".strip()
 
 
 # time units a cell shows as a time (12.3 µs, 1.234 ms), and their length in seconds

@@ -35,6 +35,8 @@ def unknown_device_note(name: str, peak: float, bandwidth: float, dtype: str,
     """The one line that says a device outside the device catalog is described by what its
     own data attains (its roofline), whether its models are fitted now or loaded: the best
     FLOP/s and bytes/s of ``samples`` rows (None: not known, for models saved without it)."""
+    from opatlas.console import fmt_si
+
     of = f", best of {samples} samples" if samples else ""
     return (f"device {name!r} is not in the catalog: described by what its own data attains "
-            f"({peak / 1e12:.1f} TFLOP/s {dtype}, {bandwidth / 1e9:.0f} GB/s{of})")
+            f"({fmt_si(peak, 'FLOP/s')} {dtype}, {fmt_si(bandwidth, 'B/s')}{of})")

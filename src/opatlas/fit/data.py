@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from opatlas.errors import OpatlasError
-from opatlas.fit.catalog import in_catalog, module_needed
+from opatlas.fit.catalog import in_catalog, module_needed, unknown_device_note
 
 
 def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
@@ -193,9 +193,7 @@ def data_device(data: pd.DataFrame, name: str, dtype: str):
     said = (device_key(name), dtype, len(rows), dev.peak(dtype), dev.bandwidth)
     if said not in _SAID:  # once per device and data, whichever spelling asks again
         _SAID.add(said)
-        warnings.warn(f"device {name!r} is not in the catalog: described by what its own data "
-                      f"attains ({dev.peak(dtype) / 1e12:.1f} TFLOP/s {dtype}, "
-                      f"{dev.bandwidth / 1e9:.0f} GB/s, best of {len(rows)} samples)",
+        warnings.warn(unknown_device_note(name, dev.peak(dtype), dev.bandwidth, dtype, len(rows)),
                       UnknownDeviceWarning, stacklevel=2)
     return dev
 
