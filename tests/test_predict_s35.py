@@ -28,12 +28,12 @@ TINY = {"mp": [8], "b": [1], "l": [1], "dim": [128]}
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One cache of indexes and models for this module's bundled-data tests."""
-    root = tmp_path_factory.mktemp("s35_cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(root / "xdg"))
-        yield root
+def cache():
+    """The user cache the rest of the suite fills (indexes and bundled models): its models are
+    the ones every test of the bundled data shares, fitted once per run."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("opatlas"))
 
 
 def _scalar_bad(op: str, table: dict[str, np.ndarray]) -> list[int]:
