@@ -70,7 +70,7 @@ def fit(
     """
     from opatlas.fit.data import alias_rows, check_catalogued, load_op_data
 
-    _check_fit_request(recipe, split)
+    split = _check_fit_request(recipe, split)  # with its default K or fraction said
     _check_recipe_options(recipe, {"--shards": shards, "--group-by": group_by,
                                    "--size": size_col, "--time": time_col},
                           {"--op": op, "--dtype": dtype,
@@ -85,7 +85,7 @@ def fit(
         _fit_reshard(data, out, shards or 1, as_json, split, group_by or None,
                      size_col or "tiles", time_col, device)
         return
-    from opatlas.fit.evaluate import evaluate_all
+    from opatlas.fit.evaluate import evaluate_all, held_constant_notes
 
     frame = _only_device(load_op_data(data), data, device, dtype)
     ops = None
@@ -97,6 +97,8 @@ def fit(
     check_catalogued(frame, data, ops)
     # never empty: evaluate_all refuses a request that leaves nothing, saying why
     evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
+    for note in held_constant_notes(frame, evs):
+        typer.echo(f"opatlas: note: {note}", err=True)
     rows = [e.as_json() for e in evs]
     if out is not None and out.name.lower().endswith(TABLE_SUFFIXES):
         import pandas as pd
@@ -236,15 +238,17 @@ def _counts_note(rows: list[dict]) -> str:
             f"of all folds together, each row tested once")
 
 
-def _check_fit_request(recipe: str, split: str) -> None:
-    """``--recipe`` and the form of ``--split``, refused before any data is read."""
+def _check_fit_request(recipe: str, split: str) -> str:
+    """``--recipe`` and the form of ``--split``, refused before any data is read; the split
+    as the table's title and the JSON name it (:func:`opatlas.fit.splits.split_label`)."""
     from opatlas.fit.recipes import RECIPES
-    from opatlas.fit.splits import check_split
+    from opatlas.fit.splits import check_split, split_label
 
     if recipe not in (*RECIPES, "reshard"):
         raise OpatlasError(f"--recipe {recipe!r}: unknown recipe; one of "
                            f"{', '.join((*RECIPES, 'reshard'))}")
     check_split(split)
+    return split_label(split)
 
 
 def _pct(x: float | None) -> str:

@@ -23,7 +23,7 @@ from opatlas.fit.data import data_device, shapes_of
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
 from opatlas.fit.recipes import MIN_FIT_ROWS, make_model
-from opatlas.fit.splits import iter_splits
+from opatlas.fit.splits import canonical_order, iter_splits
 
 
 @dataclass
@@ -138,7 +138,7 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     A split leaving a fold fewer than ``MIN_FIT_ROWS`` rows to fit on raises
     :class:`TooFewRows`, naming the group as ``label`` (default op/pass)."""
     op, pass_, name, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
-    shapes, y = shapes_of(df), df["y_us"].to_numpy(float)
+    shapes, y = _in_canonical_order(shapes_of(df), df["y_us"].to_numpy(float))
     folds = _folds(label or f"{op}/{pass_}", shapes, split)
     device = device or data_device(df, name, dtype)
     keys = work_keys(op, pass_, shapes, device, dtype)
@@ -150,6 +150,105 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
         base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, folds)
         ev.baseline_mape, ev.baseline_rmsre = base["mape"], base["rmsre"]
     return ev
+
+
+def _in_canonical_order(shapes: pd.DataFrame, y: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows sorted by shape, then time: the folds and each model's training order (its
+    validation share, its trees' sampling) then depend on the data's rows, not their order."""
+    order = canonical_order(shapes, y)
+    return shapes.iloc[order].reset_index(drop=True), y[order]
+
+
+def held_constant(data: pd.DataFrame, evs: list[Evaluation]) -> dict[str, dict[str, tuple]]:
+    """Per evaluated op, the parameters its data never varied, in every one of its model
+    groups: ``{param: (values, given)}``, ``given`` False for a catalog parameter the rows
+    leave out (held at its default, shown where changing it changes the op's counts). The
+    models cannot have learned how they change the time."""
+    done = {(e.op, e.pass_, e.device, e.dtype) for e in evs}
+    out: dict[str, dict[str, tuple]] = {}
+    for key, g in data.groupby(["op", "pass", "device", "dtype"], sort=True):
+        if tuple(map(str, key)) not in done:
+            continue
+        op, found = str(key[0]), _constant_params(str(key[0]), shapes_of(g), str(key[3]))
+        have = out.setdefault(op, {k: ((), v[1]) for k, v in found.items()})
+        out[op] = {k: (tuple(dict.fromkeys((*vals, found[k][0]))), given)
+                   for k, (vals, given) in have.items() if k in found}
+    return {op: params for op, params in out.items() if params}
+
+
+def held_constant_notes(data: pd.DataFrame, evs: list[Evaluation]) -> list[str]:
+    """One line per op of :func:`held_constant`, for stderr."""
+    notes = []
+    for op, params in held_constant(data, evs).items():
+        said = [f"{k} ({' or '.join(map(_value, vals))} in all rows)" if given else
+                f"{k} (left out: the catalog's default {_value(vals[0])})"
+                for k, (vals, given) in params.items()]
+        how = "how it changes" if len(said) == 1 else "how they change"
+        notes.append(f"{op}: its data never varies {', '.join(said)}: the model cannot have "
+                     f"learned {how} the time; a prediction at another value follows the "
+                     f"features alone")
+    return notes
+
+
+def _constant_params(op: str, shapes: pd.DataFrame, dtype: str) -> dict[str, tuple]:
+    """``{param: (value, given)}`` of one model group's rows: the columns holding one value,
+    and the catalog parameters they leave out whose value would change the op's counts."""
+    out = {str(c): (shapes[c].iloc[0], True) for c in shapes if _distinct(shapes[c]) == 1}
+    for name, default in _left_out_that_count(op, shapes, dtype).items():
+        out[name] = (default, False)
+    return out
+
+
+def _distinct(col: pd.Series) -> int:
+    try:
+        return col.nunique(dropna=False)
+    except TypeError:  # lists: unhashable
+        return col.astype(str).nunique(dropna=False)
+
+
+def _left_out_that_count(op: str, shapes: pd.DataFrame, dtype: str) -> dict[str, object]:
+    """The catalog's numeric optional parameters of ``op`` that ``shapes`` leave out (so each
+    row holds its default) and that change the counts of the first row when set to another
+    value (``vocab`` counts in a vocab projection, not in the qkv one); none for an op outside
+    the catalog or without counts."""
+    from opatlas.ops.registry import get_op
+
+    try:
+        cat, fixed = get_op(op)
+    except OpatlasError:
+        return {}
+    row = shapes.iloc[:1].reset_index(drop=True)
+    base = _counts_of(op, row, dtype)
+    if base is None:
+        return {}
+    out = {}
+    for name, default in cat.defaults.items():
+        if name in shapes or name in fixed or name == "dtype" or isinstance(default, bool) \
+                or not isinstance(default, int | float):
+            continue
+        alts = (2 * default, default + 1) if default else (1, 2, 3, 64)
+        if any(c is not None and c != base
+               for c in (_counts_of(op, row.assign(**{name: a}), dtype) for a in alts)):
+            out[name] = default
+    return out
+
+
+def _counts_of(op: str, row: pd.DataFrame, dtype: str) -> dict[str, tuple] | None:
+    """The op's counts of a one-row shape, comparable with ``==``; None where it has none."""
+    from opatlas.ops.batch import count_columns
+
+    try:
+        counts = count_columns(op, row, dtype=dtype)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OpatlasError):
+        return None
+    return {k: tuple("nan" if x != x else round(x, 9)  # NaN: equal to itself here
+                     for x in np.asarray(v, dtype=float).ravel().tolist())
+            for k, v in counts.items()}
+
+
+def _value(v: object) -> str:
+    """50257.0 as 50257: a CSV's numbers are floats."""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def split_columns(split: str) -> list[str]:

@@ -1,6 +1,10 @@
 """Train/test splits: ``random[:FRAC]`` (one shuffled split, default 20% test),
 ``kfold:K``, ``extrapolate:COL:FRAC`` (test on the top FRAC of COL's distinct values — no test
-value is ever seen in training), ``group:COL`` (leave one group out)."""
+value is ever seen in training), ``group:COL`` (leave one group out).
+
+A split is a function of the rows' values, never of their order: the seeded permutation is
+applied to the rows in :func:`canonical_order`, so the same rows read in another order (a
+shuffled CSV, an export's round trip) are tested in the same folds."""
 
 from __future__ import annotations
 
@@ -35,19 +39,57 @@ def check_split(spec: str) -> None:
         raise OpatlasError(f"unknown split {spec!r}: use {FORMS}")
 
 
+def split_label(spec: str) -> str:
+    """``spec`` with the K or test fraction it leaves to its default said (``kfold`` is
+    ``kfold:5``, ``extrapolate:dim`` is ``extrapolate:dim:0.2``), for titles and JSON; a
+    plain ``random`` stays as the documented default. ``spec`` is checked already."""
+    kind, _, rest = spec.partition(":")
+    if kind == "kfold":
+        return f"kfold:{_folds(spec, rest, None)}"
+    if kind == "extrapolate" and ":" not in rest:
+        return f"{spec}:{_fraction(spec, '')}"
+    return spec
+
+
+def canonical_order(df: pd.DataFrame, *extra: np.ndarray) -> np.ndarray:
+    """Positions of ``df``'s rows sorted by their values: its columns by name, then each of
+    ``extra`` (one value per row, e.g. the measured times). Numbers sort as numbers (4 and
+    4.0 are one value, as a CSV's round trip may turn one into the other), other values by
+    their text; rows tied on every key are equal in all of them, so their order is moot."""
+    keys: list[np.ndarray] = []
+    for col in sorted(df.columns, key=str):
+        keys += _sort_keys(df[col])
+    keys += [np.asarray(e) for e in extra]
+    if not keys:
+        return np.arange(len(df))
+    return np.lexsort(keys[::-1])  # lexsort's primary key is its last
+
+
+def _sort_keys(col: pd.Series) -> list[np.ndarray]:
+    """A column as two sort keys: its numeric values (NaN where not a number), then the text
+    of the values that are not numbers (empty where they are)."""
+    try:
+        num = pd.to_numeric(col, errors="coerce").to_numpy(float)
+    except (TypeError, ValueError):  # lists, dicts: not numbers
+        num = np.full(len(col), np.nan)
+    text = np.where(np.isnan(num), col.astype(str).to_numpy(str), "")
+    return [num, text]
+
+
 def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield (train positions, test positions)."""
+    """Yield (train positions, test positions), by the rows' values (:func:`canonical_order`)
+    and not their order in ``df``."""
     kind, _, rest = spec.partition(":")
     n = len(df)
     rng = np.random.default_rng(SEED)
     if kind == "random":
         frac = _fraction(spec, rest)
-        perm = rng.permutation(n)
+        perm = canonical_order(df)[rng.permutation(n)]
         k = max(1, round(n * frac))
         yield np.sort(perm[k:]), np.sort(perm[:k])
     elif kind == "kfold":
         k = _folds(spec, rest, n)
-        folds = np.array_split(rng.permutation(n), k)
+        folds = np.array_split(canonical_order(df)[rng.permutation(n)], k)
         for i in range(k):
             test = folds[i]
             yield np.sort(np.concatenate([f for j, f in enumerate(folds) if j != i])), np.sort(test)
