@@ -41,7 +41,7 @@ def test_random_split_beats_upstream_models_and_stored_errors(bundled):
     for op, e in evs.items():
         assert e.mape < e.baseline_mape, op            # upstream's models on the same split
         assert e.mape < _stored_upstream_error(op), op  # upstream's own reported error
-        assert e.mape < 0.035, op                       # measured: 2.5, 1.3, 1.5%
+        assert e.mape < 0.035, op                       # measured: 2.3, 1.7, 1.9%
 
 
 @pytest.mark.slow
@@ -50,3 +50,24 @@ def test_extrapolating_to_larger_dim_and_mp_stays_within_upstream_interpolation(
         for e in evaluate_all(bundled, "hybrid", split, ops=STAGES, baseline=False):
             assert e.mape < _stored_upstream_error(e.op), (split, e.op)
             assert e.mape < 0.04, (split, e.op)        # measured: 0.5-3.3%
+
+
+def test_the_whole_model_file_is_counted_from_upstreams_own_counts():
+    """Upstream's ``optimizer`` file gives each sample's parameters and tensors: counted as the
+    stage steps are, 12 FLOPs and 28 bytes a parameter, one launch a tensor."""
+    from opatlas.ops import get_op
+
+    op, _ = get_op("optimizer")
+    shape = {"num_layers": 2, "hidden_size": 256, "param_tensors": 28, "params": 27335680}
+    assert op.flops(shape) == {"step": 12.0 * 27335680}
+    assert op.min_bytes(shape) == {"step": 28.0 * 27335680}
+    assert op.features(shape) == {"params": 27335680, "tensors": 28,
+                                  "params_per_tensor": 27335680 / 28}
+
+
+@pytest.mark.parametrize("split", ["random", "kfold:5"])
+def test_the_whole_model_file_beats_upstreams_models(bundled, split):
+    """It was a shape-only tree model (9.1% on random against upstream's 7.5%)."""
+    (e,) = evaluate_all(bundled, "hybrid", split, ops=["optimizer"])
+    assert e.mape < e.baseline_mape
+    assert e.mape < 0.055  # measured: 4.9% random, 4.7% kfold:5 (upstream 7.5, 6.8)

@@ -92,7 +92,7 @@ def lacking_params(op: str, columns: list[str]) -> str | None:
     without a default (``dim``, 'dim, which op 'linear1' (catalog op 'linear') needs: its
     parameters are b, l, dim (optional: mp, ...)'), else None. Without one the op's counts
     cannot be made and its model is a guess over the shape it has. An op outside the catalog
-    (estimate-train-time's ``optimizer``, a user's op without its module) is not checked:
+    (a user's op without its module) is not checked:
     its parameters are unknown."""
     try:
         cat, fixed = get_op(op)

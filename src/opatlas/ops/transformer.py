@@ -503,20 +503,24 @@ class AdamStep(Op):
     rules = (Rule("no parameters (give n_params, or dim and encoders)",
                   lambda p: bool(stage_params(p) > 0)),)
 
+    def counted(self, p: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(parameters, parameter tensors) the step walks."""
+        return stage_params(p), stage_tensors(p)
+
     def flops(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"step": 12.0 * stage_params(p)}
+        return {"step": 12.0 * self.counted(p)[0]}
 
     def min_bytes(self, p: Mapping[str, Any]) -> dict[str, float]:
-        return {"step": float(ADAM_BYTES_PER_PARAM) * stage_params(p)}
+        return {"step": float(ADAM_BYTES_PER_PARAM) * self.counted(p)[0]}
 
     def features(self, p: Mapping[str, Any]) -> dict[str, float]:
-        n, tensors = stage_params(p), stage_tensors(p)
+        n, tensors = self.counted(p)
         return {"params": n, "tensors": tensors, "params_per_tensor": n / tensors}
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
         import torch
 
-        n = stage_params(p)
+        n = int(self.counted(p)[0])
         w = torch.zeros(n, dtype=torch.float32, device=device, requires_grad=True)
         w.grad = torch.randn_like(w)
         try:
@@ -530,6 +534,26 @@ class AdamStep(Op):
 
     def execute(self, state: Any, pass_: str, prepared: Any) -> None:
         state.step()
+
+
+@register_op
+class WholeModelAdamStep(AdamStep):
+    """estimate-train-time's whole-model optimizer samples (its ``optimizer`` file): a fused
+    Adam step over ``params`` parameters held in ``param_tensors`` tensors, both as upstream
+    counted them for a ``num_layers`` × ``hidden_size`` model (kept as labels). Counted as
+    :class:`AdamStep` is, so the hybrid model's base is the tensors' launches plus the
+    memory-bound sweep over the parameters."""
+
+    name = "optimizer"
+    params = ("params", "param_tensors")
+    defaults = {"num_layers": 0, "hidden_size": 0}
+    description = "fused AdamW step over a whole model's counted parameters (upstream's file)"
+    choices = {}
+    rules = (Rule("no parameters (params must be > 0)", lambda p: bool(I(p["params"]) > 0)),
+             Rule("param_tensors must be >= 1", lambda p: bool(I(p["param_tensors"]) >= 1)))
+
+    def counted(self, p: Mapping[str, Any]) -> tuple[Any, Any]:
+        return I(p["params"]), I(p["param_tensors"])
 
 
 @register_op
