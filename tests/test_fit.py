@@ -276,3 +276,23 @@ def test_small_fits_run_on_one_thread_and_give_the_same_trees():
     preds = [lgb.LGBMRegressor(**{**GBM_PARAMS, "n_jobs": n}, n_estimators=200).fit(X, y)
              .predict(X) for n in (1, 2)]
     np.testing.assert_array_equal(preds[0], preds[1])
+
+
+def test_reshard_shards_split_as_the_seed_and_json_is_alone_on_stdout(tmp_path, capsys):
+    """models.csv.i holds rows i·N//k .. (i+1)·N//k (the seed's slices: 14 rows in 12 files
+    give 1,1,1,1,1,2,1,1,1,1,1,2); with --json the files written are said on stderr."""
+    from conftest import cli_in_process
+
+    src = tmp_path / "runs.csv"
+    pd.DataFrame([{"kernel": f"k{j:02d}", "bytes": n * 1024, "ns": 1000 + 10 * n * (j + 1)}
+                  for j in range(14) for n in (1, 2, 4, 8, 16)]).to_csv(src, index=False)
+    out = tmp_path / "m.csv"
+    code, stdout, err = cli_in_process(
+        capsys, "fit", "--data", str(src), "--recipe", "reshard", "--group-by", "kernel",
+        "--size", "bytes", "--time", "ns", "--out", str(out), "--shards", "12", "--json")
+    assert code == 0, err
+    assert len(json.loads(stdout)) == 14  # nothing but the JSON
+    assert f"{out}.0" in err and str(tmp_path / "m.heldout.csv") in err
+    sizes = [len(pd.read_csv(tmp_path / f"m.csv.{i}")) for i in range(12)]
+    assert sizes == [(i + 1) * 14 // 12 - i * 14 // 12 for i in range(12)]
+    assert sizes == [1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 2]

@@ -328,13 +328,14 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
     held = heldout_linear_groups(df, groups, size_col, ycol, split)
     both = models.merge(held, on=groups, how="left")
     if out is not None:
+        # the files written; beside --json on stderr, so stdout holds the JSON alone
         for p in write_models_csv(models, out, shards, groups):
-            typer.echo(str(p))
+            typer.echo(str(p), err=as_json)
         heldout_csv = out.with_name(f"{out.stem if out.suffix == '.csv' else out.name}.heldout.csv")
         from opatlas.tables import write_table
 
         write_table(both, heldout_csv, "--out")
-        typer.echo(str(heldout_csv))
+        typer.echo(str(heldout_csv), err=as_json)
     if as_json:
         typer.echo(both.to_json(orient="records"))
         return
@@ -487,7 +488,7 @@ def predict(
     if data is not None and models is not None:
         raise OpatlasError(f"--data {data} and --models {models}: give one (the saved models "
                            f"were fitted on their own data)")
-    load_ops_modules(ops_module)
+    load_ops_modules(ops_module, strict=strict)
     params = parse_shape(op, shape)
     defaults: dict = {}
     if op == "linear" and "role" not in params:

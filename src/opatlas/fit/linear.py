@@ -80,8 +80,8 @@ def write_models_csv(models: pd.DataFrame, path: str | Path, shards: int = 1,
                      group_cols: Sequence[str] = RESHARD_GROUPS) -> list[Path]:
     """CSV with the group columns then the metrics: for reshard groups exactly the seed's header
     ``in_grid,out_grid,group,coef,intercept,r^2,RRMSE,RMSRE,num_points``. One file (``path``),
-    or ``shards`` files ``path.0 .. path.N-1`` splitting the rows in order, as the seed's
-    models.csv.0..11."""
+    or ``shards`` files ``path.0 .. path.N-1`` splitting the rows in order as the seed's
+    models.csv.0..11 do: file ``i`` holds rows ``i·N//shards`` up to ``(i+1)·N//shards``."""
     from opatlas.atomic import write_output
 
     path = Path(path)
@@ -89,8 +89,9 @@ def write_models_csv(models: pd.DataFrame, path: str | Path, shards: int = 1,
     if shards <= 1:
         return [write_output(path, lambda tmp: table.to_csv(tmp, index=False))]
     out = []
-    for i, part in enumerate(np.array_split(np.arange(len(table)), shards)):
-        rows = table.iloc[part]
+    n = len(table)
+    for i in range(shards):
+        rows = table.iloc[i * n // shards:(i + 1) * n // shards]
         out.append(write_output(path.with_name(f"{path.name}.{i}"),
                                 lambda tmp, rows=rows: rows.to_csv(tmp, index=False)))
     return out

@@ -1,0 +1,49 @@
+"""An --ops-module that registers no op is said (an error under --strict): the user's ops are
+not there, and what follows would fail on them with a less direct message."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import cli_in_process, one_error
+from opatlas.cli.common import load_ops_modules
+from opatlas.errors import OpatlasError
+from opatlas.ops import get_op, load_ops_module
+
+
+def test_a_module_registering_nothing_is_said(tmp_path, capsys):
+    empty = tmp_path / "empty_ops.py"
+    empty.write_text("X = 1\n")
+    code, _, err = cli_in_process(capsys, "ops", "--ops-module", str(empty), "--json")
+    assert code == 0
+    assert f"--ops-module {empty}: registers no op" in err
+
+
+def test_strict_refuses_it(tmp_path):
+    empty = tmp_path / "empty_strict.py"
+    empty.write_text("X = 1\n")
+    with pytest.raises(OpatlasError, match=r"registers no op.*--strict"):
+        load_ops_modules([str(empty)], strict=True)
+
+
+def test_a_module_with_an_op_is_not_said_even_imported_twice(tmp_path, monkeypatch):
+    from opatlas.ops import registry
+
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))  # leaves no alias behind
+    mod = tmp_path / "one_op.py"
+    mod.write_text(
+        "from opatlas.ops import register_alias\n"
+        "register_alias('linear_s35_probe', 'linear', role='qkv')\n")
+    assert load_ops_module(mod) is True
+    assert load_ops_module(mod) is True  # imported before: nothing to say
+    assert get_op("linear_s35_probe")[0].name == "linear"
+    load_ops_modules([str(mod)], strict=True)
+
+
+def test_predict_strict_refuses_an_empty_module(tmp_path, capsys):
+    empty = tmp_path / "empty_predict.py"
+    empty.write_text("X = 1\n")
+    code, _, err = cli_in_process(capsys, "predict", "linear1", "--shape",
+                                  "mp=1,b=1,l=512,dim=1024", "--ops-module", str(empty),
+                                  "--strict")
+    one_error(code, err, "registers no op", str(empty))
