@@ -299,3 +299,17 @@ def test_saved_models_keep_the_floor(cache, tmp_path):
     with pytest.warns(OutOfRangeWarning, match="floored"):
         got = Predictor(models=models).predict("linear1", TINY)
     assert got.tolist() == [A100_FP16_LEAST_US]
+
+
+def test_a_parameter_the_data_left_at_its_default_is_said_when_set_otherwise(cache, capsys):
+    """The bundled linear_final samples leave vocab out (the catalog's 50,257): a prediction
+    at another vocab is an extrapolation the model never saw, said (refused by --strict)."""
+    args = ("predict", "linear_final", "--shape", "mp=1,b=2,l=2048,dim=4096")
+    code, _, err = cli_in_process(capsys, *args, "--shape", "vocab=32000")
+    assert code == 0, err
+    assert ("vocab=32,000 (not in the data: measured only at the catalog's default 50,257)"
+            in err)
+    code, _, err = cli_in_process(capsys, *args, "--shape", "vocab=50257")
+    assert code == 0 and "not in the data" not in err
+    code, _, err = cli_in_process(capsys, *args, "--shape", "vocab=32000", "--strict")
+    one_error(code, err, "vocab=32,000", "--strict refuses to extrapolate")

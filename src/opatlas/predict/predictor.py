@@ -447,11 +447,12 @@ class Predictor:
         group = self.index.group(op, pass_, device_key(device or self.device),
                                  dtype or self.dtype) or {}
         out = []
-        for k, (lo, hi) in (group.get("ranges") or {}).items():
+        ranges = group.get("ranges") or {}
+        for k, (lo, hi) in ranges.items():
             v = row.get(k)
             if isinstance(v, int | float) and not isinstance(v, bool) and not lo <= v <= hi:
                 out.append(f"{k}={_value(v)} (measured {_value(lo)} to {_value(hi)})")
-        return out
+        return out + _left_out_by_data(op, row, ranges)
 
     def check_range(self, op: str, row: Mapping[str, Any], passes: Sequence[str],
                     device: str | None = None, dtype: str | None = None) -> None:
@@ -741,6 +742,27 @@ def number_problem(k: str, num: float, whole: bool, zero_ok: bool = False,
     if whole and not float(num).is_integer():  # the op would truncate it, unsaid
         return f"{k} takes a whole number, not {shown if shown is not None else f'{num:g}'}"
     return None
+
+
+def _left_out_by_data(op: str, row: Mapping[str, Any], ranges: Mapping[str, Any]) -> list[str]:
+    """``row``'s parameters the data leaves out (measured only at the catalog's default) that
+    it sets to another value, e.g. linear_final's ``vocab=32000 (not in the data: measured
+    only at the catalog's default 50257)``: the model never saw their effect."""
+    from opatlas.ops.registry import get_op
+
+    try:
+        cat, fixed = get_op(op)
+    except OpatlasError:
+        return []
+    out = []
+    for k, default in cat.defaults.items():
+        v = row.get(k)
+        if k in ranges or k in fixed or isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        if isinstance(default, int | float) and not isinstance(default, bool) and v != default:
+            out.append(f"{k}={_value(v)} (not in the data: measured only at the catalog's "
+                       f"default {_value(default)})")
+    return out
 
 
 def parse_shape(op: str, items: Sequence[str]) -> dict[str, Any]:
