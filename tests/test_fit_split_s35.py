@@ -141,3 +141,19 @@ def test_fit_says_once_per_op_which_parameters_its_data_held(capsys, tmp_path):
     assert held_constant_notes(_toy(), _evaluated(_toy())) == [
         "toy: its data never varies c (3 in all rows): the model cannot have learned how it "
         "changes the time; a prediction at another value follows the features alone"]
+
+
+def test_the_predictors_own_fits_do_not_depend_on_the_row_order(tmp_path):
+    """The models predict (and fit --out) fits: the same rows in another order give the same
+    model, prediction for prediction."""
+    from opatlas.predict import Predictor
+
+    rows = pd.read_csv(LINEAR2).head(120)
+    preds = []
+    for name, frame in (("a", rows), ("b", rows.sample(frac=1, random_state=5))):
+        (tmp_path / name).mkdir()
+        frame.to_csv(tmp_path / name / LINEAR2.name, index=False)
+        p = Predictor(data=str(tmp_path / name), recipe="gbm", cache_dir=tmp_path / f"m{name}")
+        preds.append(p.predict("linear2", {"mp": [1, 2], "b": [2, 4], "l": [2048, 4096],
+                                           "dim": [4096, 8192]}).tolist())
+    assert preds[0] == preds[1]

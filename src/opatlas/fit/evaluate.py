@@ -23,7 +23,7 @@ from opatlas.fit.data import data_device, shapes_of
 from opatlas.fit.features import op_features
 from opatlas.fit.metrics import all_metrics, mape
 from opatlas.fit.recipes import MIN_FIT_ROWS, make_model
-from opatlas.fit.splits import canonical_order, iter_splits
+from opatlas.fit.splits import in_canonical_order, iter_splits
 
 
 @dataclass
@@ -138,7 +138,7 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
     A split leaving a fold fewer than ``MIN_FIT_ROWS`` rows to fit on raises
     :class:`TooFewRows`, naming the group as ``label`` (default op/pass)."""
     op, pass_, name, dtype = (df[c].iloc[0] for c in ("op", "pass", "device", "dtype"))
-    shapes, y = _in_canonical_order(shapes_of(df), df["y_us"].to_numpy(float))
+    shapes, y = in_canonical_order(shapes_of(df), df["y_us"].to_numpy(float))
     folds = _folds(label or f"{op}/{pass_}", shapes, split)
     device = device or data_device(df, name, dtype)
     keys = work_keys(op, pass_, shapes, device, dtype)
@@ -150,13 +150,6 @@ def evaluate_group(df: pd.DataFrame, recipe: str, split: str, baseline: bool = T
         base, *_ = _cv("ett", op, pass_, device, dtype, shapes, y, folds)
         ev.baseline_mape, ev.baseline_rmsre = base["mape"], base["rmsre"]
     return ev
-
-
-def _in_canonical_order(shapes: pd.DataFrame, y: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """The rows sorted by shape, then time: the folds and each model's training order (its
-    validation share, its trees' sampling) then depend on the data's rows, not their order."""
-    order = canonical_order(shapes, y)
-    return shapes.iloc[order].reset_index(drop=True), y[order]
 
 
 def held_constant(data: pd.DataFrame, evs: list[Evaluation]) -> dict[str, dict[str, tuple]]:

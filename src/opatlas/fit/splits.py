@@ -65,6 +65,13 @@ def canonical_order(df: pd.DataFrame, *extra: np.ndarray) -> np.ndarray:
     return np.lexsort(keys[::-1])  # lexsort's primary key is its last
 
 
+def in_canonical_order(shapes: pd.DataFrame, y: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows sorted by shape, then time: the folds and each model's training order (its
+    validation share, its trees' sampling) then depend on the data's rows, not their order."""
+    order = canonical_order(shapes, y)
+    return shapes.iloc[order].reset_index(drop=True), y[order]
+
+
 def _sort_keys(col: pd.Series) -> list[np.ndarray]:
     """A column as two sort keys: its numeric values (NaN where not a number), then the text
     of the values that are not numbers (empty where they are)."""

@@ -321,11 +321,12 @@ class Predictor:
             return None
         if model is None:
             from opatlas.fit.data import shapes_of
+            from opatlas.fit.splits import in_canonical_order
 
             d = self.data
             rows = d[((d["op"] == op) & (d["pass"] == pass_)).to_numpy()
                      & self.rows_for(device, dtype)]
-            shapes, y = shapes_of(rows), rows["y_us"].to_numpy(float)
+            shapes, y = in_canonical_order(shapes_of(rows), rows["y_us"].to_numpy(float))
             dev = self.device_entry(device, dtype)
             model = make_model(self.recipe, op, pass_, dev, dtype).fit(shapes, y)
             self.registry.save(reg_key, fingerprint, list(shapes.columns), model,
