@@ -296,3 +296,7 @@ def test_reshard_shards_split_as_the_seed_and_json_is_alone_on_stdout(tmp_path, 
     sizes = [len(pd.read_csv(tmp_path / f"m.csv.{i}")) for i in range(12)]
     assert sizes == [(i + 1) * 14 // 12 - i * 14 // 12 for i in range(12)]
     assert sizes == [1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 2]
+    code, _, err = cli_in_process(
+        capsys, "fit", "--data", str(src), "--recipe", "reshard", "--group-by", "kernel",
+        "--size", "bytes", "--time", "ns", "--out", str(tmp_path / "w.csv"), "--shards", "20")
+    assert code == 0 and "--shards 20: 6 of the files hold no model" in err

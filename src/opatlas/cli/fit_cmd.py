@@ -328,6 +328,10 @@ def _fit_reshard(data: str, out: Path | None, shards: int, as_json: bool, split:
     held = heldout_linear_groups(df, groups, size_col, ycol, split)
     both = models.merge(held, on=groups, how="left")
     if out is not None:
+        if shards > len(models):
+            typer.echo(f"opatlas: note: --shards {shards}: {shards - len(models)} of the files "
+                       f"hold no model (the header alone): {len(models)} models to split",
+                       err=True)
         # the files written; beside --json on stderr, so stdout holds the JSON alone
         for p in write_models_csv(models, out, shards, groups):
             typer.echo(str(p), err=as_json)
