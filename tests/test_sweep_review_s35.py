@@ -181,3 +181,18 @@ def test_every_problem_of_a_spec_is_listed_with_its_key_and_value(capsys, tmp_pa
     code, _, err = cli_in_process(capsys, "sweep", "expand", str(path))
     one_error(code, err, "key 'params.b.0', value [1]", "(1 more problem(s))")
     assert err.count("also:") == 1 and "also: key 'repeats', value 0" in err
+
+
+def test_a_where_value_no_vector_has_is_named_with_the_values(capsys):
+    """A typo ('9x9', 'BLOKC') and an empty selection looked alike: the error names the value
+    the parameter never takes and the values it does."""
+    code, _, err = cli_in_process(capsys, "sweep", "expand", "reshard", "--where",
+                                  "input_shard_strategy == 'BLOKC' and input_core_grid in "
+                                  "['2x', '2x2']")
+    one_error(code, err, "input_shard_strategy is never 'BLOKC' (its values: BLOCK, WIDTH, "
+              "HEIGHT)", "input_core_grid is never '2x' (its values: 1x1, 1x2",
+              "… (64 values)")
+    code, _, err = cli_in_process(capsys, "sweep", "expand", "reshard", "--where",
+                                  "input_core_grid == '2x2' and output_core_grid == '9x9'")
+    line = one_error(code, err, "output_core_grid is never '9x9'")
+    assert "input_core_grid is never" not in line

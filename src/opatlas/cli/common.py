@@ -106,5 +106,39 @@ def no_valid_vector(spec: SweepSpec, where: str | None, invalid: Counter[str],
 
     rejected = "; ".join(f"{n:,} {why}" for why, n in invalid.most_common(3))
     what = f"--where {where!r} selects" if where else "the spec has"
+    unheld = "".join(f"; {t}" for t in unheld_values(spec, where)) if where else ""
     return OpatlasError(f"{what} no valid vector of {spec.name}"
-                        + (f" (invalid: {rejected})" if rejected else "") + f"; {consequence}")
+                        + (f" (invalid: {rejected})" if rejected else "") + unheld
+                        + f"; {consequence}")
+
+
+def unheld_values(spec: SweepSpec, where: str) -> list[str]:
+    """What a ``--where`` compares a parameter to (``name == value``, ``name in [...]``) that
+    the sweep never gives it, with the values it does (a typo, ``'9x9'`` or ``'BLOKC'``, and
+    an empty selection otherwise look alike)."""
+    import ast
+
+    held = {k: list(v) for k, v in spec.axes() if not any(isinstance(x, dict) for x in v)}
+    held.update({k: [v] for k, v in spec.fixed.items()})
+    try:
+        tree = ast.parse(where, mode="eval")
+    except SyntaxError:
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1
+                and isinstance(node.ops[0], ast.Eq | ast.In)):
+            continue
+        name, other = (node.left, node.comparators[0])
+        if not isinstance(name, ast.Name):
+            name, other = other, name
+        if not isinstance(name, ast.Name) or name.id not in held:
+            continue
+        wanted = other.elts if isinstance(other, ast.List | ast.Tuple | ast.Set) else [other]
+        values = held[name.id]
+        for w in wanted:
+            if isinstance(w, ast.Constant) and w.value not in values:
+                shown = ", ".join(map(str, values[:12])) + (f" … ({len(values)} values)"
+                                                            if len(values) > 12 else "")
+                out.append(f"{name.id} is never {w.value!r} (its values: {shown})")
+    return out
