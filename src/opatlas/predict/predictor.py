@@ -311,7 +311,7 @@ class Predictor:
         """The compiled model cached beside the full one (numpy only), else the full model
         (fitted on first use, or None when not ``fit``), whose compiled form is then cached
         for the next process."""
-        fingerprint = f"{group['hash']}{user_op_revision(op)}:r{RECIPE_REVISION}"
+        fingerprint = f"{group['hash']}{user_op_revision(op)}{FIT_ORDER}:r{RECIPE_REVISION}"
         reg_key = (device, dtype, self.recipe, op, pass_)
         fast = self.registry.load_compiled(reg_key, fingerprint)
         if fast is not None:
@@ -743,6 +743,11 @@ def number_problem(k: str, num: float, whole: bool, zero_ok: bool = False,
     if whole and not float(num).is_integer():  # the op would truncate it, unsaid
         return f"{k} takes a whole number, not {shown if shown is not None else f'{num:g}'}"
     return None
+
+
+# part of a cached model's fingerprint: its rows were put in canonical order before the fit
+# (from 2026-11-24 on), so one cached before, in the data's own order, is refitted
+FIT_ORDER = ":canonical"
 
 
 def _left_out_by_data(op: str, row: Mapping[str, Any], ranges: Mapping[str, Any]) -> list[str]:
