@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -89,24 +89,31 @@ class CompiledTrees:
                    np.asarray(tree, np.int64)[order], np.asarray(kept, np.uint64)[order],
                    np.asarray(leaves, float), np.asarray(base, np.int64))
 
+    @cached_property
+    def _by_tree(self) -> tuple[np.ndarray, ...]:
+        """The nodes grouped by tree (tree, feature, threshold, mask) and where each tree's
+        run starts: sorted once per model, not on every small prediction (an estimate makes
+        a hundred of them)."""
+        order = np.argsort(self.tree, kind="stable")
+        tree_of = self.tree[order]
+        starts = np.flatnonzero(np.r_[True, tree_of[1:] != tree_of[:-1]]) if len(order) else \
+            np.zeros(0, np.int64)
+        return tree_of, self.feature[order], self.threshold[order], self.keep_mask[order], starts
+
     def predict_small(self, X: np.ndarray) -> np.ndarray:
         """Raw scores with numpy alone (no Numba, no LightGBM): the same QuickScorer masks,
         ANDed per tree with ``reduceat``, ``ROW_BLOCK`` rows at a time. For the few distinct
         rows an estimate asks; NaN reads as 0, as LightGBM does for splits without
         missing-value handling (the only splits compiled)."""
         X = np.nan_to_num(np.asarray(X, dtype=np.float64), nan=0.0)
-        order = np.argsort(self.tree, kind="stable")  # nodes grouped by tree
-        tree_of, feature = self.tree[order], self.feature[order]
-        threshold, keep = self.threshold[order], self.keep_mask[order]
-        starts = np.flatnonzero(np.r_[True, tree_of[1:] != tree_of[:-1]]) if len(order) else \
-            np.zeros(0, np.int64)
+        tree_of, feature, threshold, keep, starts = self._by_tree
         n_trees = len(self.leaf_base)
         out = np.zeros(len(X))
         all_ones = np.uint64(2**64 - 1)
         for lo in range(0, len(X), ROW_BLOCK):
             xs = X[lo:lo + ROW_BLOCK]
             alive = np.full((len(xs), n_trees), all_ones)
-            if len(order):
+            if len(tree_of):
                 masks = np.where(xs[:, feature] > threshold, keep, all_ones)
                 alive[:, tree_of[starts]] = np.bitwise_and.reduceat(masks, starts, axis=1)
             lowest = alive & (~alive + np.uint64(1))
