@@ -23,11 +23,12 @@ START, END = "ResNet module started", "ResNet module finished"
 
 
 def test_options_a_source_does_not_take_are_said_and_refused_under_strict(capsys):
+    # (--device names a tt-metal CSV's chip: tests/test_ttmetal_review_s36.py)
     code, out, err = cli_in_process(capsys, "analyze", str(CSV), "--ignore-signposts", "-s",
-                                    "--device", "H100", "--json")
+                                    "--gpus", "8", "--json")
     assert code == 0
-    assert "--device, --spatial-epochs do not apply to a ttmetal source: ignored" in err
-    assert json.loads(out)["summary"]["notes"][0].startswith("--device, --spatial-epochs")
+    assert "--spatial-epochs, --gpus do not apply to a ttmetal source: ignored" in err
+    assert json.loads(out)["summary"]["notes"][0].startswith("--spatial-epochs, --gpus")
     code, _, err = cli_in_process(capsys, "analyze", str(CSV), "--ignore-signposts", "-s",
                                   "--strict", "--json")
     one_error(code, err, "--spatial-epochs does not apply", "--strict")

@@ -34,8 +34,10 @@ def analyze(
     measured: Path | None = typer.Option(None, "--measured", help="A results store whose "
                                          "measurements replace the config's predictions."),
     models: Path | None = typer.Option(None, "--models", help="Fitted models to predict with."),
-    device: str | None = typer.Option(None, "--device", help="The device to analyse (stores) or "
-                                                             "whose peaks to use (traces)."),
+    device: str | None = typer.Option(None, "--device", help="The device to analyse (stores), "
+                                                             "whose peaks to use (traces), or "
+                                                             "the chip of a tt-metal CSV "
+                                                             "(wormhole_b0, blackhole)."),
     save: Path | None = typer.Option(None, "--save", help="Keep the analysis as JSON."),
     load: Path | None = typer.Option(None, "--load", help="Open an analysis kept with --save."),
     strict: bool = typer.Option(False, "--strict", help="A fallback is an error."),

@@ -16,8 +16,11 @@ down the shape, grids and strategies)."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import gzip
 import io
 import re
+import zlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -77,11 +80,25 @@ class Report:
     per_device: dict[Any, list[dict[str, Any]]]   # device -> tt-perf-report rows
     merged: list[dict[str, Any]]  # each row's CSV row is under RAW
     notes: list[str] = field(default_factory=list)
+    # what --strict refuses once the rows are read (cells it cannot use, a chip assumed), as
+    # the error lines it gives; each is also said in ``notes``
+    refusals: list[str] = field(default_factory=list)
+
+
+# compressions pandas reads from the path, which opatlas leaves to it (.gz it opens itself,
+# to say a truncated or mis-named file for what it is)
+PANDAS_COMPRESSED = (".zip", ".bz2", ".xz", ".zst", ".tar")
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def read_csv(path: Path) -> pd.DataFrame:
+    """The CSV's rows, each cell as written (DEVICE ID too: ``_run`` reads it as a number once
+    its malformed cells are said). A gzip file cut short or not gzip at all, and a row with
+    fewer fields than the header (a file cut short: pandas would pad it with blanks), are
+    errors naming the file."""
+    text = read_text(path)
     try:
-        df = pd.read_csv(path, low_memory=False)
+        df = pd.read_csv(path if text is None else io.StringIO(text), low_memory=False)
     except FileNotFoundError:
         raise OpatlasError(f"{path}: no such file") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -93,8 +110,69 @@ def read_csv(path: Path) -> pd.DataFrame:
         raise OpatlasError(f"{path} is not a tt-metal device-profiler CSV "
                            f"(ops_perf_results_*.csv): its header lacks {', '.join(missing)} "
                            f"(it starts: {shown} ...)")
-    df["DEVICE ID"] = pd.to_numeric(df["DEVICE ID"], errors="coerce")
+    if text is not None:
+        check_field_counts(path, text, len(df.columns))
     return df
+
+
+def read_text(path: Path) -> str | None:
+    """The file's text, a ``.gz`` one decompressed; None for the other compressions pandas
+    reads itself (PANDAS_COMPRESSED)."""
+    name = path.name.lower()
+    if name.endswith(PANDAS_COMPRESSED):
+        return None
+    gz = name.endswith(".gz")
+    try:
+        with (gzip.open if gz else open)(path, "rt", encoding="utf-8-sig", newline="") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise OpatlasError(f"{path}: no such file") from None
+    except EOFError:
+        raise OpatlasError(f"{path}: a truncated gzip file (its compressed data ends before "
+                           f"the end of the stream): copy it again, or give the CSV "
+                           f"uncompressed") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        if gz and _head(path) != GZIP_MAGIC:
+            raise OpatlasError(f"{path}: not a gzip file, though its name ends in .gz (it "
+                               f"starts {_head(path, 16)!r}): if it is the plain CSV, name "
+                               f"it .csv") from None
+        raise OpatlasError(f"{path}: corrupt gzip data ({exc})") from None
+    except UnicodeDecodeError as exc:
+        if _head(path) == GZIP_MAGIC:
+            raise OpatlasError(f"{path}: a gzip file, though its name does not end in .gz: "
+                               f"name it .csv.gz") from None
+        raise OpatlasError(f"{path} is not a tt-metal profiler CSV: it cannot be read as CSV "
+                           f"({exc})") from None
+    except OSError as exc:
+        raise OpatlasError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _head(path: Path, n: int = 2) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
+def check_field_counts(path: Path, text: str, header_fields: int) -> None:
+    """Every row has the header's fields (empty ones included): a row with fewer is a file cut
+    short, or a row with fields lost, whose missing cells pandas would read as blanks. Blank
+    lines are skipped, as pandas skips them; a row with more fields is pandas' error."""
+    reader = csv.reader(io.StringIO(text))
+    next(reader, None)  # the header
+    short: list[tuple[int, int]] = []
+    last = 0
+    for rec in reader:
+        if rec:
+            last = reader.line_num
+            if len(rec) < header_fields:
+                short.append((reader.line_num, len(rec)))
+    if not short:
+        return
+    line, fields = short[0]
+    why = ("the file ends in the middle of this row: it was cut short" if line == last
+           else "a row with fields missing")
+    more = f"; {len(short) - 1} more line(s) like it" if len(short) > 1 else ""
+    raise OpatlasError(f"{path}: line {line} has {fields} of the header's {header_fields} "
+                       f"fields ({why}){more}")
 
 
 def load(path: str | Path, window: Window | None = None, strict: bool = False) -> Report:
@@ -112,41 +190,214 @@ def load(path: str | Path, window: Window | None = None, strict: bool = False) -
     return report
 
 
-def _arch_spec(tpr: Any, df: pd.DataFrame, arch: str | None) -> tuple[Any, Any]:
-    """The CSV's format and tt-perf-report's architecture (from the file in v2.1)."""
+# names tt-perf-report's ArchitectureSpec.from_name also takes for a chip it registers
+ARCH_ALIASES = ("wormhole_b0", "p150", "p100")
+
+
+def known_archs(tpr: Any) -> str:
+    """The chips tt-perf-report knows, as --device takes them (any case): its registered
+    names, each with the aliases from_name resolves to it."""
+    names = list(getattr(tpr.ArchitectureSpec, "_SPECS", {}))
+    out = []
+    for name in names:
+        alias = [a for a in ARCH_ALIASES if _arch_name(tpr, a) == name]
+        out.append(f"{name} ({', '.join(alias)})" if alias else name)
+    return ", ".join(out)
+
+
+def _arch_name(tpr: Any, name: str) -> str | None:
+    """tt-perf-report's name for a chip (its spelling normalised), None for one it does not
+    know."""
+    try:
+        return tpr.ArchitectureSpec.from_name(str(name).strip()).name
+    except ValueError:
+        return None
+
+
+def _written_arch(df: pd.DataFrame) -> str | None:
+    """The CSV's DEVICE ARCH (its first non-blank value), None where it names none."""
+    if "DEVICE ARCH" not in df.columns:
+        return None
+    values = [v for v in df["DEVICE ARCH"].dropna().astype(str) if v.strip()]
+    return values[0] if values else None
+
+
+def _arch_spec(tpr: Any, path: Path, df: pd.DataFrame, arch: str | None
+               ) -> tuple[Any, Any, list[str], list[str]]:
+    """The CSV's format, tt-perf-report's architecture (--device's chip, else the file's
+    DEVICE ARCH in v2.1, else tt-perf-report's default, Wormhole), its notes and what
+    --strict refuses: a chip neither named nor in the file is assumed, and said."""
     fmt = tpr.detect_csv_format(df)
+    if arch is not None and _arch_name(tpr, arch) is None:
+        raise OpatlasError(f"--device {arch}: not a chip tt-perf-report knows; a tt-metal CSV "
+                           f"takes {known_archs(tpr)} (in any case)")
+    arch = None if arch is None else str(arch).strip().lower()
     try:
         if fmt == tpr.CsvFormat.V2_1:
-            arch = arch or tpr.ArchitectureSpec._get_arch_name_from_df(df)
-            return fmt, tpr.ArchitectureSpec.from_df(df, arch)
-        return fmt, tpr.ArchitectureSpec.from_name(arch)
+            spec = tpr.ArchitectureSpec.from_df(
+                df, arch or tpr.ArchitectureSpec._get_arch_name_from_df(df))
+        else:
+            spec = tpr.ArchitectureSpec.from_name(arch)
     except ValueError as exc:  # an architecture tt-perf-report does not know
         raise OpatlasError(f"tt-perf-report cannot analyse this profile: {exc}") from None
+    written = _written_arch(df)
+    peaks = (f"{spec.name}'s peaks ({spec.worker_cores} worker cores, "
+             f"{spec.dram_bandwidth_gb_s:g} GB/s DRAM)")
+    if arch is None and written is None:
+        why = ("its DEVICE ARCH column is blank" if "DEVICE ARCH" in df.columns
+               else "it has no DEVICE ARCH column")
+        said = f"{path} does not say which chip it was recorded on ({why})"
+        return fmt, spec, [f"{said}: tt-perf-report's default chip is assumed, {peaks}; name "
+                           f"the chip with --device ({known_archs(tpr)})"], [
+            f"{said}; --strict does not assume one ({spec.name}): name it with --device "
+            f"({known_archs(tpr)})"]
+    if arch is not None and written is not None and (_arch_name(tpr, written) or
+                                                     written.lower()) != spec.name:
+        return fmt, spec, [f"{path} was recorded on {written} (its DEVICE ARCH); {peaks} "
+                           f"are used, as --device {arch} asks"], []
+    return fmt, spec, [], []
 
 
 def _run(tpr: Any, path: Path, df: pd.DataFrame, w: Window, strict: bool) -> Report:
-    fmt, spec = _arch_spec(tpr, df, w.arch)
+    fmt, spec, arch_notes, arch_refusals = _arch_spec(tpr, path, df, w.arch)
     df["ORIGINAL_ROW"] = df.index + 2
     if "HOST START TS" in df.columns and not w.tracing_mode:
-        df = df.sort_values(by="HOST START TS")
+        # as numbers: a cell that is not one (said below) sorts last, not the column as text
+        df = df.sort_values(by="HOST START TS", key=_as_numbers)
     signposts = df.loc[df["OP TYPE"] == "signpost", "OP CODE"].astype(str).tolist()
     sel, window, notes = _select(tpr, path, df, w, signposts, strict)
+    cell_notes = unusable_cells(path, sel)
+    sel = sel.assign(**{"DEVICE ID": device_ids(sel["DEVICE ID"])})
     devices = sorted(int(d) for d in sel["DEVICE ID"].dropna().unique())
     # tt-perf-report merges whenever a device is named; with one device the merge returns the
     # same rows in the same order, so it is skipped (the totals test checks they agree)
     merged_df = tpr.merge_device_rows(sel) if len(devices) > 1 else sel
-    merged = analyze_rows(tpr, merged_df, fmt, spec)
+    merged = analyze_rows(tpr, merged_df, fmt, spec, path)
     per_device: dict[Any, list[dict[str, Any]]] = {}
     lone = sel["DEVICE ID"].isna() & (sel["OP TYPE"] != "signpost")
     if len(devices) == 1 and not lone.any():
         per_device[devices[0]] = merged
     else:
         for d in devices:
-            per_device[d] = analyze_rows(tpr, sel[sel["DEVICE ID"] == d], fmt, spec)
+            per_device[d] = analyze_rows(tpr, sel[sel["DEVICE ID"] == d], fmt, spec, path)
         if lone.any():
-            per_device["host"] = analyze_rows(tpr, sel[lone], fmt, spec)
+            per_device["host"] = analyze_rows(tpr, sel[lone], fmt, spec, path)
+    refusals = [f"{n}; --strict refuses a profile with cells it cannot use" for n in cell_notes]
     return Report(path, spec, spec.name, spec.worker_cores, fmt, window, signposts, devices,
-                  per_device, merged, notes)
+                  per_device, merged, [*notes, *arch_notes, *cell_notes],
+                  [*refusals, *arch_refusals])
+
+
+def _as_numbers(col: pd.Series) -> pd.Series:
+    return pd.to_numeric(col, errors="coerce")
+
+
+def device_ids(col: pd.Series) -> pd.Series:
+    """DEVICE ID as numbers, as tt-perf-report's get_int reads it: a whole number from 0, else
+    NaN (no device: its row is grouped as 'host'), not -1 or 1.5 as a device of its own."""
+    ids = _as_numbers(col)
+    return ids.where((ids >= 0) & (ids % 1 == 0) & (ids != float("inf")))
+
+
+# ---------------------------------------------------------------- cells it cannot use
+
+SHOWN_CELLS = 3  # cells a note names before it counts the rest
+_DIM = re.compile(r"^(?:INPUT|OUTPUT)_\d+_[WZYX](?:_PAD\[LOGICAL\])?$")
+
+
+def _device_id_ok(v: Any) -> bool:
+    from tt_perf_report.csv_values import whole_number
+
+    n = whole_number(v)
+    return n is not None and n >= 0
+
+
+def _core_count_ok(v: Any) -> bool:
+    from tt_perf_report.csv_values import core_count_from_value
+
+    return core_count_from_value(v) is not None
+
+
+def _dim_ok(v: Any) -> bool:
+    """A tensor dimension cell tt-perf-report (the padded part) and opatlas (the logical
+    part of a v2 'padded[logical]' cell) can both use."""
+    from tt_perf_report.csv_values import tensor_dim_from_value
+
+    if isinstance(v, str) and "[" in v and "]" in v:
+        padded, logical = v.split("[")[0], v.split("[")[1].split("]")[0]
+        return tensor_dim_from_value(padded) is not None and \
+            tensor_dim_from_value(logical) is not None
+    return tensor_dim_from_value(v) is not None
+
+
+def _number_ok(v: Any) -> bool:
+    from tt_perf_report.csv_values import finite_float
+
+    return finite_float(v) is not None
+
+
+# (what the cells are, their columns (None: the tensor dimension columns), the test a
+# non-blank cell passes, what a cell that fails costs its row)
+CELL_CHECKS: tuple[tuple[str, tuple[str, ...] | None, Any, str], ...] = (
+    ("a DEVICE ID that is not a whole number from 0", ("DEVICE ID",),
+     _device_id_ok, "those rows are grouped as device 'host', apart from the devices"),
+    ("a CORE COUNT that is not a positive whole number", ("CORE COUNT",), _core_count_ok,
+     "those rows have no Cores, FLOPs % or matmul/conv bound"),
+    ("a tensor dimension that is not a positive whole number", None, _dim_ok,
+     "those rows' shape-based figures (tt-perf-report's FLOPs and DRAM, opatlas's bound) "
+     "are left out"),
+    ("an OP TO OP LATENCY [ns] that is not a number", ("OP TO OP LATENCY [ns]",), _number_ok,
+     "those rows have no op-to-op gap"),
+    ("a HOST START TS that is not a number", ("HOST START TS",), _number_ok,
+     "those rows are ordered after every other"),
+)
+
+
+def cell_text(v: Any) -> str:
+    """A cell as the CSV gives it: 'blank', a whole float without its .0, a number read as
+    text (its column holds text elsewhere) as it is, other text quoted."""
+    from tt_perf_report.csv_values import finite_float
+
+    if _blank(v):
+        return "blank"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, str) and finite_float(v) is None:
+        return repr(v)
+    return str(v).strip()
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or (isinstance(v, str)
+                                                               and not v.strip())
+
+
+def unusable_cells(path: Path, df: pd.DataFrame) -> list[str]:
+    """One note per kind of cell the operations analysed (signposts aside) hold but neither
+    tt-perf-report nor opatlas can use — each naming its first lines, columns and values,
+    then a count — where the row would otherwise quietly lose a figure."""
+    ops = df[df["OP TYPE"] != "signpost"]
+    notes = []
+    for what, columns, ok, cost in CELL_CHECKS:
+        cols = [c for c in ops.columns if _DIM.match(str(c))] if columns is None else [
+            c for c in columns if c in ops.columns]
+        bad: list[tuple[int, str, Any]] = []
+        for c in cols:
+            given = ops[c].dropna()  # pandas reads an empty field as NaN
+            fails = {v for v in pd.unique(given) if not _blank(v) and not ok(v)}
+            if fails:
+                hit = given[given.isin(fails)]
+                lines = ops.loc[hit.index, "ORIGINAL_ROW"].astype(int).tolist()
+                bad += [(line, c, v) for line, v in zip(lines, hit.tolist(), strict=True)]
+        if not bad:
+            continue
+        bad.sort(key=lambda b: b[0])
+        rows = len({b[0] for b in bad})
+        shown = "; ".join(f"line {line}: {c} {cell_text(v)}" for line, c, v in
+                          bad[:SHOWN_CELLS])
+        more = f"; {len(bad) - SHOWN_CELLS} more cell(s)" if len(bad) > SHOWN_CELLS else ""
+        notes.append(f"{path}: {rows} row(s) with {what} ({shown}{more}): {cost}")
+    return notes
 
 
 def _select(tpr: Any, path: Path, df: pd.DataFrame, w: Window, signposts: list[str],
@@ -231,15 +482,21 @@ def _occurrence(name: str, nth: int, signposts: list[str]) -> str:
     return repr(name) if count == 1 else f"the {('first', 'second')[nth]} of {count} {name!r}"
 
 
-def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any) -> list[dict[str, Any]]:
+def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any,
+                 path: Path | None = None) -> list[dict[str, Any]]:
     """tt-perf-report's per-row loop (generate_perf_report): analyze_op with the previous
     non-signpost row, ids, categories, then its derived columns (Total %, Bound). Rows go in
     as dicts, not pandas Series: its readers only index and test membership, and a Series per
-    row made this loop ten times slower."""
+    row made this loop ten times slower. A row analyze_op cannot analyse (a MATH FIDELITY it
+    does not know, a blank cell it reads as text) is an error naming the row."""
     rows = []
     prev, prev_invalid = None, None
     for row in records(df):
-        op, _gap = tpr.analyze_op(row, prev, fmt, spec, None, prev_row_invalid_duration=prev_invalid)
+        try:
+            op, _gap = tpr.analyze_op(row, prev, fmt, spec, None,
+                                      prev_row_invalid_duration=prev_invalid)
+        except (ValueError, AssertionError, TypeError, AttributeError, KeyError) as exc:
+            raise row_error(path, row, exc) from None
         op["ID"] = tpr.Cell(row["ORIGINAL_ROW"])
         op["Global Call Count"] = tpr.Cell(row["GLOBAL CALL COUNT"])
         op["Raw OP Code"] = tpr.Cell(row["OP CODE"])
@@ -253,6 +510,30 @@ def analyze_rows(tpr: Any, df: pd.DataFrame, fmt: Any, spec: Any) -> list[dict[s
         rows.append(op)
     tpr.add_derived_columns(rows)
     return rows
+
+
+FIDELITIES = ("HiFi4", "HiFi3", "HiFi2", "LoFi")  # ArchitectureSpec.tflops_per_core's
+TEXT_CELLS = ("INPUT_0_MEMORY", "INPUT_1_MEMORY", "OUTPUT_0_MEMORY")  # read as text (matmul, conv)
+
+
+def row_error(path: Path | None, row: dict[str, Any], exc: Exception) -> OpatlasError:
+    """The error for a row tt-perf-report's analyze_op fails on: the file, the CSV line, the
+    op, and the column and value at fault where they can be told."""
+    line = row.get("ORIGINAL_ROW")
+    where = (f"{path or 'the CSV'}: line {cell_text(line)} ({row.get('OP CODE')})")
+    if "math fidelity" in str(exc).lower():
+        return OpatlasError(f"{where}: MATH FIDELITY {cell_text(row.get('MATH FIDELITY'))} is "
+                            f"not a fidelity tt-perf-report knows ({', '.join(FIDELITIES)}); "
+                            f"it rates the op's FLOPs at its fidelity")
+    if isinstance(exc, KeyError):
+        return OpatlasError(f"{where}: the header lacks {exc.args[0]}, which tt-perf-report "
+                            f"reads for this op")
+    blank = [c for c in TEXT_CELLS if c in row and not isinstance(row[c], str)]
+    if blank and isinstance(exc, (TypeError, AttributeError)):
+        return OpatlasError(f"{where}: tt-perf-report cannot analyse this op: "
+                            f"{', '.join(blank)} {'is' if len(blank) == 1 else 'are'} blank")
+    return OpatlasError(f"{where}: tt-perf-report cannot analyse this row "
+                        f"({type(exc).__name__}: {exc})")
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -29,12 +29,14 @@ def detect(path: Path) -> bool:
         return True
     import gzip
 
-    opener = gzip.open if name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", errors="replace") as fh:
-            head = fh.readline()
-    except (OSError, EOFError):  # not gzip after all, or cut short
-        return False
+    head = ""
+    for opener in (gzip.open, open) if name.endswith(".gz") else (open,):
+        try:
+            with opener(path, "rt", errors="replace") as fh:
+                head = fh.readline()
+            break
+        except (OSError, EOFError):  # not gzip after all (then read as it is), or cut short
+            continue
     return head.startswith("OP CODE,") and "DEVICE KERNEL DURATION [ns]" in head
 
 
@@ -43,8 +45,8 @@ def read(path: Path, options: ReadOptions) -> Analysis:
 
     x = options.extra
     window = tm.Window(x.get("start_signpost"), x.get("end_signpost"),
-                       bool(x.get("ignore_signposts", False)), x.get("arch"),
-                       bool(x.get("tracing_mode", False)))
+                       bool(x.get("ignore_signposts", False)), x.get("device") or x.get("arch"),
+                       bool(x.get("tracing_mode", False)))  # --device names the chip
     rep = tm.load(path, window, strict=options.strict)
     tpr = tm.perf_report_module()
     rows = [_row(tpr, rep, op, dev) for dev, ops in rep.per_device.items() for op in ops
@@ -53,9 +55,11 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     if len(frame):  # under our bound: flagged as every source's (api says them once)
         frame["flags"] = flags_of(frame.assign(headroom=pd.to_numeric(frame["headroom"],
                                                                       errors="coerce")))
-    invalid = invalid_duration_note(path, frame)
+    invalid = invalid_duration_note(path, frame, _durations(rep))
     if invalid and options.strict:
         raise OpatlasError(f"{invalid}; --strict refuses a profile with rows it cannot time")
+    if rep.refusals and options.strict:  # cells it cannot use, a chip assumed
+        raise OpatlasError(rep.refusals[0])
     summary = _summary(tpr, tm, rep, frame)
     said = [n for n in (invalid, unbounded_note(frame)) if n]
     summary["notes"] = [*summary["notes"], *said]
@@ -67,19 +71,51 @@ _EMPTY = ["op", "pass", "calls", "time_s", "flops", "bytes", "bound_time_s", "li
           "group", "device", "op_code", "device_time_ns", "bound", "invalid_duration"]
 
 
-def invalid_duration_note(path: Path, frame: pd.DataFrame) -> str | None:
+DURATION, GAP = "DEVICE KERNEL DURATION [ns]", "OP TO OP LATENCY [ns]"
+SHOWN_DURATIONS = 8
+
+
+def invalid_duration_note(path: Path, frame: pd.DataFrame,
+                          durations: dict[int, str] | None = None) -> str | None:
     """Rows whose DEVICE KERNEL DURATION [ns] tt-perf-report rejects (missing, not a number,
     negative, or an op-to-op latency that contradicts it): they stay in the table with time 0
-    and no device time, and count nothing in the totals — said, not silently left out."""
+    and no device time, and count nothing in the totals — said, not silently left out, with
+    each line's value where ``durations`` (CSV line -> the cell as said) gives it."""
     if frame.empty or "invalid_duration" not in frame:
         return None
     bad = frame[frame["invalid_duration"].fillna(False).astype(bool)]
     if bad.empty:
         return None
-    ids = ", ".join(str(i) for i in bad["id"].head(8)) + (" ..." if len(bad) > 8 else "")
-    return (f"{path}: {len(bad)} row(s) have a missing or invalid DEVICE KERNEL DURATION [ns] "
+    durations = durations or {}
+    ids = ", ".join(f"{i} ({durations[i]})" if i in durations else str(i)
+                    for i in bad["id"].head(SHOWN_DURATIONS))
+    ids += " ..." if len(bad) > SHOWN_DURATIONS else ""
+    return (f"{path}: {len(bad)} row(s) have a missing or invalid {DURATION} "
             f"(CSV lines {ids}): their device time is left out of every total and they show "
             f"time 0 (as tt-perf-report omits them)")
+
+
+def _durations(rep: Any) -> dict[int, str]:
+    """CSV line -> its DEVICE KERNEL DURATION [ns] as written, and the OP TO OP LATENCY [ns]
+    that contradicts it where the duration itself is a valid number, for the rows whose
+    duration tt-perf-report rejects."""
+    from tt_perf_report.csv_values import finite_float
+
+    from opatlas.tenstorrent.ttmetal import RAW, cell_text
+
+    out = {}
+    for ops in rep.per_device.values():
+        for op in ops:
+            if not _v(op, "Invalid Device Duration"):
+                continue
+            raw = op[RAW]
+            dur = raw.get(DURATION)
+            text = cell_text(dur)
+            number = finite_float(dur)
+            if number is not None and number >= 0:  # valid alone: the latency contradicts it
+                text += f", with {GAP} {cell_text(raw.get(GAP))}"
+            out[int(_v(op, "ID"))] = text
+    return out
 
 
 def _v(op: dict[str, Any], key: str) -> Any:
@@ -417,4 +453,5 @@ def _columns() -> list[Column]:
 
 
 register(SourceKind(KIND, detect, read, "a tt-metal device-profiler CSV (ops_perf_results_*.csv)",
-                    uses=frozenset({"start_signpost", "end_signpost", "ignore_signposts"})))
+                    uses=frozenset({"start_signpost", "end_signpost", "ignore_signposts",
+                                    "device"})))
