@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column
@@ -43,7 +44,7 @@ def fmt(value: Any, col: Column | None) -> str:
         return _param(value)
     if missing(value):
         return "-"
-    if isinstance(value, bool):
+    if isinstance(value, bool | np.bool_):  # numpy's too: a bool column's cell in a row
         return "yes" if value else "no"
     if isinstance(value, str) or (col is None and not isinstance(value, float)):
         return str(value)
@@ -201,8 +202,7 @@ def detail_tables(analysis: Analysis) -> list[dict[str, Any]]:
     for key, value in analysis.summary.items():
         rows = None if key in DETAIL_SKIP else _records(value)
         if rows:
-            pct = percent_columns(analysis.summary, key)
-            rows = [dict(_as_percent(k, v, pct) for k, v in r.items()) for r in rows]
+            rows = _as_percents(rows, percent_columns(analysis.summary, key))
             out.append({"title": summary_label(key), "rows": rows[:MAX_DETAIL_ROWS],
                         "total": len(rows)})
     return out
@@ -213,15 +213,26 @@ def detail_tables(analysis: Analysis) -> list[dict[str, Any]]:
 FRACTION_SUFFIXES = ("_util", "_share")
 
 
-def _as_percent(key: str, value: Any, percents: set[str]) -> tuple[str, Any]:
-    """A detail table's (header, value): a percent column labelled so, a fraction column
-    (:data:`FRACTION_SUFFIXES`) turned into its percent."""
-    if key in percents:
-        return f"{key} (%)", value
-    if key.endswith(FRACTION_SUFFIXES) and isinstance(value, int | float) \
-            and not isinstance(value, bool) and math.isfinite(value):
-        return f"{key} (%)", 100.0 * value
-    return key, value
+def _as_percents(rows: list[dict[str, Any]], percents: set[str]) -> list[dict[str, Any]]:
+    """A detail table's rows with each percent column labelled so and each fraction column
+    (:data:`FRACTION_SUFFIXES`) turned into its percent: a column is renamed as a whole (its
+    rows without a value keep their place under the new name), in its own position."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    fractions = {k for k in keys if k not in percents and k.endswith(FRACTION_SUFFIXES)
+                 and any(_number_value(r.get(k)) for r in rows)
+                 and all(missing(r.get(k)) or _number_value(r.get(k)) for r in rows)}
+    names = {k: f"{k} (%)" if k in percents or k in fractions else k for k in keys}
+
+    def cell(k: str, v: Any) -> Any:
+        if k in fractions and _number_value(v) and math.isfinite(v):
+            return 100.0 * v
+        return v
+
+    return [{names[k]: cell(k, v) for k, v in r.items()} for r in rows]
+
+
+def _number_value(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def percent_columns(summary: dict[str, Any], table: str | None = None) -> set[str]:

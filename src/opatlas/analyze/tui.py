@@ -2,13 +2,16 @@
 per-stage (epoch, device) op table sorted slowest first, an op detail screen.
 
 Keys (lowercase, as bound below): s summary, e stage table, t the summary's tables (per-epoch
-summary, per-op-code totals ...), n/p next/previous stage, f full op names, r reload, h help,
-q quit, arrows and j/k to move, Enter for a stage's table (summary) or
+summary, per-op-code totals ...), n/p next/previous stage (on the summary's tables: the
+next/previous table), f full op names, r reload (a source read again; an analysis opened with
+--load has none to reread: said), h help, q quit, arrows and j/k to move (every screen with a
+table), Enter for a stage's table (summary) or
 an op's detail, Esc back (from the detail also Backspace), < and > (or a header click) to sort
 by another column (again: reverse), [ and ] for the previous/next page of a big table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pandas as pd
@@ -41,8 +44,8 @@ HELP = """[b]opatlas analyze[/b] — keys (lowercase)
 
   [b]s[/b]  summary            [b]e[/b]  stage / epoch / device op table
   [b]t[/b]  the summary's tables (per-epoch summary, per-op-code totals, top ops ...)
-  [b]n[/b]  next stage         [b]p[/b]  previous stage
-  [b]f[/b]  full op names      [b]r[/b]  reload the source
+  [b]n[/b]  next stage         [b]p[/b]  previous stage  (the summary's tables: next / previous)
+  [b]f[/b]  full op names      [b]r[/b]  reload the source  (--load: nothing to reread)
   [b]↑ ↓ j k[/b]  move         [b]Enter[/b]  the stage's table (summary), the op's detail (table)
   [b]< >[/b]  sort by the previous / next column (again: reverse); a header click sorts too
   [b][ ][/b]  previous / next page of a big table
@@ -63,8 +66,22 @@ def styled(value: Any, col: Column | None, full: bool = True) -> Text:
                 else "right")
 
 
+# the keys every screen with a table has: j/k move its cursor as the arrows do, n/p go to the
+# next/previous stage (the summary's tables: the next/previous table)
+MOVE_KEYS: list[Binding] = [
+    Binding("n", "group(1)", "next"), Binding("p", "group(-1)", "previous"),
+    Binding("j", "move(1)", "down", show=False), Binding("k", "move(-1)", "up", show=False)]
+
+
+def move_cursor(table: DataTable, step: int) -> None:
+    """The cursor ``step`` rows down (up where negative), kept on the table."""
+    if table.row_count:
+        table.move_cursor(row=min(max(0, table.cursor_row + step), table.row_count - 1))
+
+
 class SummaryScreen(Screen):
-    BINDINGS: ClassVar = [Binding("enter", "open_group", "open stage", show=False)]
+    BINDINGS: ClassVar = [Binding("enter", "open_group", "open stage", show=False),
+                          *[replace(b, show=False) for b in MOVE_KEYS]]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -98,8 +115,26 @@ class SummaryScreen(Screen):
                           g["slowest_op"], fmt_seconds(g["slowest_time_s"]),
                           styled(g["util"], util_col), fmt(g["comm_share"], pct), str(g["rows"]),
                           key=str(g["group"]))
+        if table.row_count:  # on the stage the op table shows (e, n, p)
+            gi = self.app.group_index  # type: ignore[attr-defined]
+            table.move_cursor(row=gi % table.row_count)
         notes = a.summary.get("notes") or []
         self.query_one("#notes", Static).update("\n".join(f"note: {n}" for n in notes))
+
+    def action_move(self, step: int) -> None:
+        move_cursor(self.query_one("#groups", DataTable), step)
+
+    def action_group(self, step: int) -> None:
+        """The next/previous stage (from the last, the first): the cursor's row, the stage
+        ``e`` opens."""
+        table = self.query_one("#groups", DataTable)
+        if table.row_count:
+            table.move_cursor(row=(table.cursor_row + step) % table.row_count)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The stage under the cursor is the one ``e`` (and n/p on the op table) starts at."""
+        if event.data_table.id == "groups" and event.data_table.row_count:
+            self.app.group_index = event.cursor_row  # type: ignore[attr-defined]
 
     def action_open_group(self) -> None:
         table = self.query_one("#groups", DataTable)
@@ -114,9 +149,8 @@ class SummaryScreen(Screen):
 
 class StageScreen(Screen):
     BINDINGS: ClassVar = [
-        Binding("n", "group(1)", "next"), Binding("p", "group(-1)", "previous"),
-        Binding("f", "full", "full names"), Binding("j", "move(1)", "down", show=False),
-        Binding("k", "move(-1)", "up", show=False), Binding("less_than_sign", "sort(-1)", "sort ←"),
+        *MOVE_KEYS, Binding("f", "full", "full names"),
+        Binding("less_than_sign", "sort(-1)", "sort ←"),
         Binding("greater_than_sign", "sort(1)", "sort →"),
         Binding("right_square_bracket", "page(1)", "next page", show=False),
         Binding("left_square_bracket", "page(-1)", "previous page", show=False)]
@@ -181,8 +215,7 @@ class StageScreen(Screen):
         self.refresh_data()
 
     def action_move(self, step: int) -> None:
-        table = self.query_one("#ops", DataTable)
-        table.move_cursor(row=max(0, table.cursor_row + step))
+        move_cursor(self.query_one("#ops", DataTable), step)
 
     def action_page(self, step: int) -> None:
         self.page += step
@@ -210,6 +243,34 @@ class StageScreen(Screen):
         self.app.push_screen(DetailScreen(row))
 
 
+LABEL_WIDTH = 30  # the detail's label column at most (a longer label: two spaces, its value)
+# a row's flags said only when set, with what they mean (the tt-metal source's
+# invalid_duration: tt-perf-report rejected the row's DEVICE KERNEL DURATION [ns])
+FLAGS = {"invalid_duration": ("invalid duration", "yes: its device kernel duration is missing "
+                                                  "or invalid (time 0, left out of every total)")}
+
+
+def extra_figure(key: str, value: Any) -> tuple[str, Text] | None:
+    """A row's field outside the table as (label, value) for the detail, None where it says
+    nothing: a flag (:data:`FLAGS`) that is not set."""
+    if key in FLAGS:
+        if not value:  # False, numpy's False, 0
+            return None
+        label, said = FLAGS[key]
+        return label, Text(said, style=STYLE["bad"])
+    unit = unit_of(key)  # a time (_s, _ns, _us) with its unit, a rate as a rate
+    return key, styled(value, Column(key=key, label=key, unit=unit, role="count"))
+
+
+def time_said(analysis: Analysis) -> str:
+    """What the rows' time is (per step, per input, per call ...), as its column says."""
+    col = next((c for c in analysis.columns if c.key == "time_s"), None)
+    if col is None or (col.label == "time" and not col.help):
+        return "time"
+    said = [w for w in (col.label if col.label != "time" else "", col.help) if w]
+    return "time: " + ", ".join(said)
+
+
 class DetailScreen(ModalScreen):
     """One op: every figure, its position against the roofline and bounds, measured samples."""
 
@@ -228,22 +289,22 @@ class DetailScreen(ModalScreen):
         a: Analysis = self.app.analysis  # type: ignore[attr-defined]
         r = self.row
         out = Text(f"{op_label(r['op'], r['pass'])}\n", style="bold")
-        for c in visible_columns(a):
-            if c.key in ("op", "pass"):
-                continue
-            out.append(f"  {header(c):<14}", style="dim")
-            out.append_text(styled(r[c.key], c))
-            out.append("\n")
+        figures = [(header(c), styled(r[c.key], c)) for c in visible_columns(a)
+                   if c.key not in ("op", "pass")]
         shown = {c.key for c in visible_columns(a)} | {"group", "gemm"}
-        extra = [k for k in r.index if k not in shown and not missing(r[k])]
-        if extra:  # what the source knows beyond the table: a measurement's spread ...
-            out.append("\n")
-            for k in extra:
-                unit = unit_of(k)  # a time (_s, _ns, _us) with its unit, a rate as a rate
-                out.append(f"  {k:<14}", style="dim")
-                out.append_text(styled(r[k], Column(key=k, label=k, unit=unit, role="count")))
+        # what the source knows beyond the table: a measurement's spread ...
+        extra = [fig for k in r.index if k not in shown and not missing(r[k])
+                 for fig in [extra_figure(k, r[k])] if fig is not None]
+        width = min(LABEL_WIDTH, max((len(label) for label, _ in figures + extra), default=12) + 2)
+        for i, (label, value) in enumerate([*figures, *extra]):
+            if extra and i == len(figures):
                 out.append("\n")
-        out.append("\nwhere it stands (time per step; █ = its time)\n", style="bold")
+            # a label wider than the column keeps two spaces before its value
+            out.append(f"  {label:<{width}}" if len(label) <= width - 2 else f"  {label}  ",
+                       style="dim")
+            out.append_text(value)
+            out.append("\n")
+        out.append(f"\nwhere it stands ({time_said(a)}; █ = its time)\n", style="bold")
         bars = [("time", r.get("time_s"))]
         bars += [(k, r.get(f"{k}_time_s")) for k in ("predicted", "measured", "roofline",
                                                       "orojenesis", "bound")]
@@ -261,7 +322,13 @@ class DetailScreen(ModalScreen):
 
 
 class TablesScreen(Screen):
-    """The summary's own tables (``detail_tables``), one tab each."""
+    """The summary's own tables (``detail_tables``), one tab each: n/p the next/previous
+    table, j/k (as the arrows) move in the one shown."""
+
+    BINDINGS: ClassVar = [replace(b, description={"next": "next table", "previous":
+                                                  "previous table"}.get(b.description,
+                                                                        b.description))
+                          for b in MOVE_KEYS]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -286,6 +353,33 @@ class TablesScreen(Screen):
             table.add_columns(*keys)
             for r in d["rows"]:
                 table.add_row(*(styled(r.get(k), None) for k in keys))
+
+    def _tabs(self) -> TabbedContent | None:
+        found = self.query(TabbedContent)
+        return found.first() if found else None
+
+    def shown_table(self) -> DataTable | None:
+        tabs = self._tabs()
+        if tabs is None or not tabs.active:
+            return None
+        return tabs.get_pane(tabs.active).query_one(DataTable)
+
+    def action_move(self, step: int) -> None:
+        table = self.shown_table()
+        if table is not None:
+            move_cursor(table, step)
+
+    def action_group(self, step: int) -> None:
+        """The next/previous table (tab), its table focused for the arrows and j/k."""
+        tabs = self._tabs()
+        if tabs is None or not tabs.active:
+            return
+        panes = [str(p.id) for p in tabs.query(TabPane)]
+        if tabs.active in panes:
+            tabs.active = panes[(panes.index(tabs.active) + step) % len(panes)]
+            table = self.shown_table()
+            if table is not None:
+                table.focus()
 
 
 class HelpScreen(ModalScreen):
@@ -352,8 +446,14 @@ class AnalyzerApp(App):
 
         args = {k: v for k, v in self.reload_args.items() if v is not None}
         source = args.pop("source", None)
+        if not source:  # --load: the saved analysis, no source read (nor a file named)
+            self.notify("nothing to reread: this analysis was opened as saved (--load), not "
+                        "read from its source; open the saved file as the SOURCE (opatlas "
+                        "analyze a.json) for r to read it again, or analyze the source",
+                        severity="warning")
+            return
         try:
-            self.analysis = api.analyze(source, **args) if source else self.analysis
+            self.analysis = api.analyze(source, **args)
         except OpatlasError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -362,4 +462,4 @@ class AnalyzerApp(App):
             screen.refresh_data()
         elif isinstance(screen, TablesScreen):
             self.switch_screen(TablesScreen())
-        self.notify("reloaded")
+        self.notify(f"reloaded {source}")
