@@ -7,12 +7,13 @@ each graph, the core count of the arch, and the device count."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from opatlas.errors import OpatlasError, SpecError
 
@@ -21,6 +22,69 @@ SECTIONS = ("graphs", "queues", "programs", "devices")
 ARCH_GRID = {"wormhole_b0": (9, 8), "wormhole": (9, 8), "grayskull": (11, 10)}
 ARCH_CLOCK_HZ = {"wormhole_b0": 1e9, "wormhole": 1e9, "grayskull": 1.2e9}
 _TEMPORAL = re.compile(r"_temporal_epoch_(\d+)$")
+# The data formats the backend's netlist parser takes (tt-budabackend netlist_utils.cpp
+# get_data_format; Tf32, a format of the backend's enum, as well), with the bytes of one 32x32
+# tile: the data plus the shared exponents of block floats (size_lib get_tile_size_in_bytes
+# without the 32-byte header)
+TILE_BYTES = {"Float32": 4096, "Tf32": 4096, "Float16": 2048, "Float16_b": 2048,
+              "Bfp8": 1088, "Bfp8_b": 1088, "Bfp4": 576, "Bfp4_b": 576, "Bfp2": 320,
+              "Bfp2_b": 320, "Lf8": 1024, "Fp8_e4m3": 1024, "Int8": 1024, "UInt8": 1024,
+              "UInt16": 2048, "Int32": 4096, "RawUInt8": 1024, "RawUInt16": 2048,
+              "RawUInt32": 4096}
+
+
+def _integer(value: Any) -> Any:
+    """YAML's true/false is not a count (pydantic would read it as 1 or 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, not {str(value).lower()}")
+    return value
+
+
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _pair(least: int, what: str) -> Any:
+    def check(value: tuple[int, int]) -> tuple[int, int]:
+        if any(v < least for v in value):
+            raise ValueError(f"must be two {what} integers")
+        return value
+    return check
+
+
+def _data_format(value: str) -> str:
+    if value not in TILE_BYTES:
+        raise ValueError(f"unknown data format; known: {', '.join(TILE_BYTES)}")
+    return value
+
+
+_Int = Annotated[int, BeforeValidator(_integer)]
+Positive = Annotated[_Int, AfterValidator(_positive)]
+# a block count or shape: PyBuda's netlist format takes positive counts only (0 or fewer cores,
+# tiles or t slices is no op); a grid location: a core's row and column, from 0
+PositivePair = Annotated[tuple[_Int, _Int], AfterValidator(_pair(1, "positive"))]
+LocationPair = Annotated[tuple[_Int, _Int], AfterValidator(_pair(0, "non-negative"))]
+DataFormat = Annotated[str, AfterValidator(_data_format)]
+
+
+def _mapping(value: Any) -> Any:
+    """An op's attributes: a mapping of names to values (none given: null)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a mapping of attribute names to values")
+    return value
+
+
+class _Attributes(BaseModel):
+    """The op attributes the estimate computes with, checked; the others are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+    m_k: Positive | None = None   # a matmul's inner dimension: m_k blocks of u_kt tiles
+    u_kt: Positive | None = None
+    z: Positive | None = None     # reduce over z: the slices reduced
 
 
 class _OpEntry(BaseModel):
@@ -28,15 +92,15 @@ class _OpEntry(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     type: str
-    grid_loc: tuple[int, int]
-    grid_size: tuple[int, int]
-    t: int
-    mblock: tuple[int, int]
-    ublock: tuple[int, int]
+    grid_loc: LocationPair
+    grid_size: PositivePair
+    t: Positive
+    mblock: PositivePair
+    ublock: PositivePair
     inputs: list[str]
-    attributes: dict[str, Any] = {}
-    in_df: list[str] = []
-    out_df: str = "Float16_b"
+    attributes: Annotated[_Attributes, BeforeValidator(_mapping)] = _Attributes()
+    in_df: list[DataFormat] = []
+    out_df: DataFormat = "Float16_b"
     # the backend's four (opatlas.devices.FIDELITY_PHASES); None: the op states none
     math_fidelity: Literal["LoFi", "HiFi2", "HiFi3", "HiFi4"] | None = None
 
@@ -49,11 +113,11 @@ class _QueueEntry(BaseModel):
     input: str
     type: str = "queue"
     loc: str = "dram"
-    grid_size: tuple[int, int] = (1, 1)
-    t: int = 1
-    mblock: tuple[int, int] = (1, 1)
-    ublock: tuple[int, int] = (1, 1)
-    df: str = "Float16_b"
+    grid_size: PositivePair = (1, 1)
+    t: Positive = 1
+    mblock: PositivePair = (1, 1)
+    ublock: PositivePair = (1, 1)
+    df: DataFormat = "Float16_b"
 
 
 @dataclass
@@ -210,19 +274,26 @@ def load_netlist(path: str | Path) -> Netlist:
     ops: dict[str, dict[str, NetOp]] = {}
     for e, g in enumerate(graphs):
         ops[g] = _graph_ops(path, g, e, temporal[e], graphs_doc[g] or {}, dram_names[g])
+    _check_inputs(path, ops, queues)
     return Netlist(path, arch, graphs, temporal, ops, queues,
                    _core_count(arch, ops), _device_count(path, graphs_doc))
 
 
 def _entry(model: type[_M], data: Any, path: Path, where: str) -> _M:
-    """One netlist entry validated; an error names the file and the full key of the bad value."""
+    """One netlist entry validated; an error names the file, the full key of the bad value
+    (``where``: the entry's, then the field's) and that value, or says which key is missing.
+    The words are the shared spec formatter's (``opatlas.spec.loader._spec_error``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise SpecError(err["msg"], file=str(path),
-                        key=f"{where}.{'.'.join(map(str, err['loc']))}",
-                        value=err.get("input")) from None
+        from opatlas.spec.loader import _spec_error
+
+        err = _spec_error(exc, data if isinstance(data, Mapping) else {}, str(path))
+        if err.key is None:  # the entry is no mapping: that is the value at fault
+            raise SpecError(err.detail, file=str(path), key=where,
+                            value=None if isinstance(data, Mapping) else data) from None
+        raise SpecError(err.detail, file=str(path), key=f"{where}.{err.key}",
+                        value=err.value) from None
 
 
 def _queues(path: Path, section: dict[str, Any]) -> dict[str, Queue]:
@@ -274,12 +345,48 @@ def _graph_ops(path: Path, graph: str, spatial: int, temporal: int, section: dic
         if not isinstance(d, dict):
             continue  # target_device, input_count ...
         e = _entry(_OpEntry, d, path, f"graphs.{graph}.{name}")
+        _check_inner_dim(path, f"graphs.{graph}.{name}", e.attributes)
         tms = {i: d[f"input_{i}_tms"] for i in range(len(e.inputs)) if d.get(f"input_{i}_tms")}
         ops[name] = NetOp(name, graph, spatial, temporal, e.type, e.grid_size, e.grid_loc, e.t,
                           e.mblock, e.ublock, e.inputs, [i in dram for i in e.inputs],
-                          name in dram, e.attributes or {}, e.in_df, e.out_df,
-                          e.math_fidelity, tms)
+                          name in dram, e.attributes.model_dump(exclude_unset=True),
+                          e.in_df, e.out_df, e.math_fidelity, tms)
     return ops
+
+
+def _check_inner_dim(path: Path, where: str, attributes: _Attributes) -> None:
+    """A matmul's inner dimension is m_k · u_kt tiles: one without the other says nothing."""
+    given = attributes.model_fields_set & {"m_k", "u_kt"}
+    if len(given) == 1:
+        (has,) = given
+        missing = "u_kt" if has == "m_k" else "m_k"
+        raise SpecError(f"{missing} is missing (the inner dimension is m_k x u_kt tiles: "
+                        f"{has} alone does not give it)", file=str(path),
+                        key=f"{where}.attributes.{missing}")
+
+
+def _check_inputs(path: Path, ops: dict[str, dict[str, NetOp]],
+                  queues: dict[str, Queue]) -> None:
+    """Every op input names a queue (or ram) or an op (the netlist format's rule). An op is
+    read directly only within its temporal epoch (a graph, or the graphs of the chips that run
+    together); the cores of another temporal epoch are reprogrammed before it runs, so its ops
+    pass data through a queue. A name that is neither would be counted as NoC traffic from
+    nowhere."""
+    producers = {name: op for graph in ops.values() for name, op in graph.items()}
+    for g, graph in ops.items():
+        for op in graph.values():
+            for i, name in enumerate(op.inputs):
+                src = producers.get(name)
+                if name in queues or (src is not None
+                                      and src.temporal_epoch == op.temporal_epoch):
+                    continue
+                why = ("no queue and no op of the netlist has that name" if src is None else
+                       f"it is an op of graph {src.graph}, temporal epoch "
+                       f"{src.temporal_epoch}, not {op.temporal_epoch} (another temporal "
+                       f"epoch's op is read through a queue)")
+                raise SpecError(f"an op input must name a queue or an op: {why}",
+                                file=str(path), key=f"graphs.{g}.{op.name}.inputs.{i}",
+                                value=name)
 
 
 def _core_count(arch: str, ops: dict[str, dict[str, NetOp]]) -> int:

@@ -16,7 +16,7 @@ import yaml
 
 from opatlas.devices import FIDELITY_PHASES, TILE_FLOP, tensix_flop_per_cycle
 from opatlas.errors import OpatlasError
-from opatlas.tenstorrent.netlist import Netlist, NetOp
+from opatlas.tenstorrent.netlist import TILE_BYTES, Netlist, NetOp
 
 MATH_FIDELITY = FIDELITY_PHASES
 # an op that states no math_fidelity: the op model (an estimate) keeps the HiFi4 it always
@@ -28,10 +28,7 @@ UNARY = {"abs", "cosine", "datacopy", "dropout", "ethernet_datacopy", "exp", "ge
 BINARY = {"add", "subtract", "multiply", "quantization", "dequantization", "requantization",
           "maximum"}
 BFP = {"Bfp2", "Bfp2_b", "Bfp4", "Bfp4_b", "Bfp8", "Bfp8_b"}
-# bytes of one 32x32 tile (data plus the shared exponents of block floats)
-TILE_BYTES = {"Float32": 4096, "Tf32": 4096, "Float16": 2048, "Float16_b": 2048,
-              "Bfp8": 1088, "Bfp8_b": 1088, "Bfp4": 576, "Bfp4_b": 576, "Bfp2": 320,
-              "Bfp2_b": 320, "Int8": 1024, "Int32": 4096, "UInt16": 2048, "RawUInt32": 4096}
+# TILE_BYTES (netlist.py, which checks each data format against it): bytes of one 32x32 tile
 # balancer bandwidth rules (policy_utils.cpp get_op_cycles_estimates), bytes per cycle
 NOC_BW = 32 / 2.0          # noc_bw / inefficiency_divider
 WH_DRAM_BW = 20.4          # wh_dram_observed_max
@@ -151,7 +148,12 @@ def kernel_cycles(op: NetOp, arch: str) -> tuple[int | None, str]:
 
 
 def tile_bytes(df: str) -> int:
-    return TILE_BYTES.get(df, 2048)
+    """Bytes of one tile of data format ``df`` (load_netlist admits no other)."""
+    try:
+        return TILE_BYTES[df]
+    except KeyError:
+        raise OpatlasError(f"unknown data format {df!r}; known: {', '.join(TILE_BYTES)}"
+                           ) from None
 
 
 def input_tiles_per_core(op: NetOp, i: int) -> int:
@@ -177,8 +179,11 @@ def input_pipe(op: NetOp, i: int, nl: Netlist, graph_ops: dict[str, NetOp]) -> s
     per input). :func:`limiter` reads each at its bandwidth; the analyzer counts its bytes."""
     name = op.inputs[i]
     q = nl.queues.get(name)
-    if name in graph_ops or q is None:
-        return "noc"
+    if name in graph_ops or (q is None and any(name in g for g in nl.ops.values())):
+        return "noc"  # an op of the epoch (of another chip's graph: over ethernet, as PyBuda)
+    if q is None:  # load_netlist refuses such a netlist; a Netlist built otherwise may not
+        raise OpatlasError(f"input {i} of op {op.name}, {name!r}, names no queue and no op "
+                           f"of the netlist")
     if q.loc == "host":
         return "pcie"
     return "dram" if op.input_is_dram[i] else "prologue"
@@ -186,7 +191,10 @@ def input_pipe(op: NetOp, i: int, nl: Netlist, graph_ops: dict[str, NetOp]) -> s
 
 def limiter(op: NetOp, kernel: int, netlist: Netlist, graph_ops: dict[str, NetOp]
             ) -> tuple[int, str]:
-    """max(kernel, each input's read cycles, the output's write cycles)."""
+    """max(kernel, each input's read cycles, the output's write cycles). The op's grid has a
+    core at least (load_netlist checks it): PCIe and DRAM bandwidth are shared by its cores."""
+    if op.cores < 1:
+        raise OpatlasError(f"op {op.name} has grid {list(op.grid)}: no core to run on")
     best, why = kernel, "compute"
     for i in range(len(op.inputs)):
         kind = input_pipe(op, i, netlist, graph_ops)
