@@ -168,7 +168,7 @@ def test_several_problems_of_one_op_each_say_their_key_and_value(tmp_path, capsy
     path = _with(tmp_path, G0, "mm0", t=-1, grid_size=[0, 2])
     code, _, err = cli_in_process(capsys, "analyze", str(path), "--json")
     first = one_error(code, err, f"graphs.{G0}.mm0.grid_size", "[0, 2]", "1 more problem")
-    assert "also: key 't', value -1" in err and first in err
+    assert f"also: key 'graphs.{G0}.mm0.t', value -1" in err and first in err
 
 
 def test_null_attributes_are_none(tmp_path):

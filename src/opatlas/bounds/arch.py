@@ -152,7 +152,7 @@ def load_arch(source: str | Path) -> Arch:
 
 
 def _parse(text: str, file: str) -> Arch:
-    from opatlas.spec.loader import _spec_error
+    from opatlas.spec.loader import spec_error
     from opatlas.yaml_io import load_yaml
 
     data = load_yaml(text, file)  # a key given twice is an error, as in every user file
@@ -161,4 +161,4 @@ def _parse(text: str, file: str) -> Arch:
     try:
         return Arch.model_validate(data)
     except ValidationError as exc:
-        raise _spec_error(exc, data, file) from None
+        raise spec_error(exc, data, file) from None

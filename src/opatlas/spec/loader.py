@@ -104,7 +104,7 @@ def _validated(data: dict[str, Any], file: str) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
-        raise _spec_error(exc, data, file) from None
+        raise spec_error(exc, data, file) from None
     _check_given_once(spec, file)
     _check_op(spec, file)
     return spec
@@ -154,26 +154,34 @@ def _in_ett_terms(exc: SpecError, ett: Mapping[str, Any]) -> SpecError:
                      key=", ".join(f"{f}[{i}]" for f in fields), value=value)
 
 
-def _spec_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> SpecError:
+def spec_error(exc: ValidationError, data: Mapping[str, Any], file: str,
+               prefix: str = "") -> SpecError:
     """Every problem pydantic found, each with its key and value: the first as the error
     (with how many more there are), the others as continuation lines under it. pydantic
     reports one bad value once per form it may take (list, range, scalar...): a key's
-    first report stands for them all."""
+    first report stands for them all. ``prefix``: where ``data`` sits in its file (a
+    netlist's ``graphs.G.OP``), put before every key named."""
     firsts: dict[tuple[str, ...], Any] = {}
     for err in exc.errors():
         firsts.setdefault(_written_prefix(err, data), err)
     first, *others = firsts.values()
-    error = _one_problem(first, data, file)
+    error = _prefixed(_one_problem(first, data, file), prefix)
     if not others:
         return error
     lines = [error.detail + f" ({len(others)} more problem(s))"]
     for err in others:
-        also = _one_problem(err, data, file)
+        also = _prefixed(_one_problem(err, data, file), prefix)
         said = [f"key '{also.key}'"] if also.key is not None else []
         said += [f"value {also.value!r}"] if also.value is not None else []
         lines.append(f"  also: {', '.join(said)}: {also.detail}" if said else
                      f"  also: {also.detail}")
     return SpecError("\n".join(lines), file=file, key=error.key, value=error.value)
+
+
+def _prefixed(err: SpecError, prefix: str) -> SpecError:
+    if not prefix or err.key is None:
+        return err
+    return SpecError(err.detail, file=err.file, key=f"{prefix}.{err.key}", value=err.value)
 
 
 def _written_prefix(err: Any, data: Mapping[str, Any]) -> tuple[str, ...]:

@@ -280,20 +280,18 @@ def load_netlist(path: str | Path) -> Netlist:
 
 
 def _entry(model: type[_M], data: Any, path: Path, where: str) -> _M:
-    """One netlist entry validated; an error names the file, the full key of the bad value
+    """One netlist entry validated; an error names the file, the full key of each bad value
     (``where``: the entry's, then the field's) and that value, or says which key is missing.
-    The words are the shared spec formatter's (``opatlas.spec.loader._spec_error``)."""
+    The words are the shared spec formatter's (``opatlas.spec.loader.spec_error``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        from opatlas.spec.loader import _spec_error
+        from opatlas.spec.loader import spec_error
 
-        err = _spec_error(exc, data if isinstance(data, Mapping) else {}, str(path))
-        if err.key is None:  # the entry is no mapping: that is the value at fault
-            raise SpecError(err.detail, file=str(path), key=where,
-                            value=None if isinstance(data, Mapping) else data) from None
-        raise SpecError(err.detail, file=str(path), key=f"{where}.{err.key}",
-                        value=err.value) from None
+        if not isinstance(data, Mapping):  # the entry is no mapping: that is the value at fault
+            err = spec_error(exc, {}, str(path))
+            raise SpecError(err.detail, file=str(path), key=where, value=data) from None
+        raise spec_error(exc, data, str(path), prefix=where) from None
 
 
 def _queues(path: Path, section: dict[str, Any]) -> dict[str, Queue]:
