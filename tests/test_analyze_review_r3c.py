@@ -147,8 +147,13 @@ def test_a_layout_out_of_memory_is_said_and_refused_under_strict(capsys, tmp_pat
     assert doc["summary"]["fits"] is False
     said = [ln for ln in err.splitlines() if "out of memory" in ln]
     assert len(said) == 1 and f"{doc['summary']['memory_gib']:.1f} GiB per GPU" in said[0]
-    code, _, err = cli_in_process(capsys, "analyze", str(config), "--strict", "--json")
-    one_error(code, err, "out of memory", "--strict")
+    given = [a for kv in ("training.dtype=bf16", "training.micro_batch=1", "parallel.dp=1",
+                          "parallel.tp=1", "parallel.pp=1", "parallel.zero=1",
+                          "parallel.recompute=selective", "cluster.preset=dgx-h100",
+                          "ops.mode=analytical", "ops.compute_efficiency=0.7",
+                          "ops.memory_efficiency=0.8") for a in ("--set", kv)]
+    code, _, err = cli_in_process(capsys, "analyze", str(config), "--strict", "--json", *given)
+    one_error(code, err, "out of memory", "--strict")  # nothing assumed: only the memory
     doc, err = _analyze_json(capsys, str(config), "--gpus", "8", "--set", "parallel.tp=8",
                              "--set", "model.seq_len=4096")
     assert doc["summary"]["fits"] is True and "out of memory" not in err

@@ -37,8 +37,10 @@ def _unknown_gpu(tmp_path):
                     data / f"MYGPUX1_{op}_fp16.csv")
     cfg = {"model": {"name": "t", "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048},
            "training": {"global_batch": 8, "micro_batch": 2, "dtype": "fp16"},
-           "parallel": {"dp": 2, "tp": 2, "pp": 2},
-           "cluster": {"device": "MYGPUX1"}, "ops": {"mode": "data", "data": str(data)}}
+           # written out: --strict refuses a default it would assume
+           "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 1, "recompute": "selective"},
+           "cluster": {"device": "MYGPUX1", "gpus_per_node": 8},
+           "ops": {"mode": "data", "data": str(data)}}
     path = tmp_path / "mine.yml"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)

@@ -35,21 +35,29 @@ def _carried(item) -> float:
 # -- 1. the reserve: in the limit, not in the memory too ---------------------------------
 def test_reserve_is_taken_from_the_limit_only(capsys):
     code, out, err = cli_in_process(capsys, "estimate", "llemma_7b_4_2_2_P", "--json",
-                                    "--set", "cluster.memory_gib=20")
+                                    "--set", "cluster.memory_gib=40")
     assert code == 0, err
     est = json.loads(out)
     parts = est["memory_breakdown_gib"]
-    assert est["memory_limit_gib"] == pytest.approx(18.0)  # 20 less the 2 reserved
-    assert parts["other"] == 0.0  # pp = 4: no logits buffer, and no reserve again
+    assert est["memory_limit_gib"] == pytest.approx(38.0)  # 40 less the 2 reserved
+    # pp = 4 under GPipe: the last stage is the fullest, holding all 8 micro-batches' fp32
+    # logits (every forward runs before any backward), and no reserve again
+    c = load_config("llemma_7b_4_2_2_P")
+    m, b = c.model, c.training.micro_batch
+    logits = 4.0 * b * m.seq_len * m.vocab / c.parallel.tp * c.micro_batches
+    assert est["memory_stage"] == 3 and c.parallel.schedule == "gpipe"
+    assert parts["other"] == pytest.approx(logits / 2**30)
     assert est["memory_gib"] == pytest.approx(sum(parts.values()))
-    assert est["memory_gib"] == pytest.approx(16.46, abs=0.01) and est["fits"]
+    assert est["memory_gib"] == pytest.approx(28.73, abs=0.01) and est["fits"]
 
 
 def test_other_is_the_logits_buffer_and_an_a100_offers_78_gib():
-    e = estimate_step(_cfg("llemma_7b_4_2_2_P", "parallel.pp=1"))
+    e = estimate_step(_cfg("llemma_7b_4_2_2_P", "parallel.pp=1", "parallel.schedule=1f1b"))
     m, b = e.config.model, e.config.training.micro_batch
     assert e.config.parallel.pp == 1 and e.memory.other > 0
     assert e.memory.other == pytest.approx(4.0 * b * m.seq_len * m.vocab / e.config.parallel.tp)
+    gpipe = estimate_step(_cfg("llemma_7b_4_2_2_P", "parallel.pp=1"))  # all forwards first
+    assert gpipe.memory.other == pytest.approx(e.memory.other * gpipe.config.micro_batches)
     assert e.memory_limit_gib == pytest.approx(78.0)
 
 

@@ -270,4 +270,4 @@ def test_json_has_no_infinity_for_a_device_without_a_memory_size():
     e = estimate_step(load_config("llama2-7b"))
     e.memory_limit_gib = float("inf")  # a device outside the catalog
     doc = json.loads(json.dumps(e.as_json(), allow_nan=False))
-    assert doc["memory_limit_gib"] is None and doc["fits"] is True
+    assert doc["memory_limit_gib"] is None and doc["fits"] is None  # not checked

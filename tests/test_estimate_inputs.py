@@ -500,7 +500,8 @@ def test_estimate_says_what_it_would_otherwise_do_silently(tmp_path, capsys):
 
 def test_a_layout_that_does_not_fit_is_refused_under_strict(capsys):
     args = ("estimate", "llama2-70b", "--set", "parallel.tp=1", "--set", "parallel.pp=1",
-            "--set", "parallel.dp=64")
+            "--set", "parallel.dp=64", "--set", "parallel.schedule=1f1b",
+            "--set", "parallel.virtual_stages=1")  # interleaving needs a pipeline
     code, out, err = cli_in_process(capsys, *args, "--json")
     assert code == 0 and json.loads(out)["fits"] is False and "out of memory" in err
     code, _, err = cli_in_process(capsys, *args, "--strict")

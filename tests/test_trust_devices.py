@@ -29,7 +29,8 @@ MODEL = {"name": "t", "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048}
 def _config(tmp_path, device: str, name: str = "c", **model) -> str:
     cfg = {"model": {**MODEL, **model},
            "training": {"global_batch": 8, "micro_batch": 2, "dtype": "fp16"},
-           "parallel": {"dp": 2, "tp": 2, "pp": 2},
+           # zero and recompute written out: --strict refuses a default it would assume
+           "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 1, "recompute": "selective"},
            "cluster": {"device": device, "gpus_per_node": 4, "nccl_data": "bundled"},
            "ops": {"mode": "data", "data": "bundled"}}
     path = tmp_path / f"{name}.yml"

@@ -38,8 +38,9 @@ def estimate(
     tokens: str | None = er.TokensOpt,
     steps: int | None = er.StepsOpt,
     gpu_hour_price: float | None = er.PriceOpt,
-    strict: bool = typer.Option(False, "--strict", help="Every fallback is an error (data "
-                                                        "mode: an op without measured data, "
+    strict: bool = typer.Option(False, "--strict", help="Every fallback is an error (a key "
+                                                        "left to its default; data mode: an op "
+                                                        "or collective without measured data, "
                                                         "ops.strict; a device without a memory "
                                                         "size), and so is a layout that does "
                                                         "not fit in memory."),
@@ -144,9 +145,11 @@ def _print_estimate(cfg: Any, est: Any, run: Any, price: float | None) -> None:
     verdict = ("fits" if est.fits else "OUT OF MEMORY") \
         if math.isfinite(est.memory_limit_gib) else "not checked: memory size unknown"
     limit = f"{est.memory_limit_gib:.0f}" if math.isfinite(est.memory_limit_gib) else "?"
+    where = (f" (pipeline stage {est.memory_stage}, the fullest)"
+             if est.config.parallel.pp > 1 else "")
     c.print(f"step time {est.step_time_s:.3f} s   tokens/s {est.tokens_per_s:,.0f}   "
-            f"MFU {100 * est.mfu:.1f}%   memory {est.memory_gib:.1f} of {limit} GiB per GPU "
-            f"({verdict})")
+            f"MFU {100 * est.mfu:.1f}%   memory {est.memory_gib:.1f} of {limit} GiB per "
+            f"GPU{where} ({verdict})")
     if run is not None:  # est.notes were said on stderr as they arose
         er.print_run(run, price)
 

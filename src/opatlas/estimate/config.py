@@ -4,6 +4,8 @@ steps_per_update, gpus_per_node]``, ``encoders``, ``gpu_name`` ...)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,6 +64,21 @@ def ffn_split_rule(m: ModelConfig, tp: int) -> str | None:
 def moe_rule(m: ModelConfig, ep: int) -> str | None:
     """Why expert parallelism ``ep`` needs another model, or None."""
     return f"ep {ep} needs a MoE model (experts > 0)" if ep > 1 and not m.experts else None
+
+
+def schedule_rule(schedule: str, virtual_stages: int, pp: int) -> str | None:
+    """Why the pipeline ``schedule`` cannot run ``virtual_stages`` chunks a device on ``pp``
+    stages, or None."""
+    if schedule == "interleaved" and virtual_stages < 2:
+        return (f"parallel.schedule=interleaved needs parallel.virtual_stages >= 2, not "
+                f"{virtual_stages} (the interleaved schedule runs several chunks a device)")
+    if schedule != "interleaved" and virtual_stages > 1:
+        return (f"virtual_stages {virtual_stages} needs schedule: interleaved ({schedule} runs "
+                f"one chunk of layers per device)")
+    if schedule == "interleaved" and pp < 2:
+        return (f"parallel.schedule=interleaved needs parallel.pp > 1, not {pp} "
+                f"(Megatron-LM runs it only over pipeline stages)")
+    return None
 
 
 class _Strict(BaseModel):
@@ -146,7 +163,12 @@ class ModelConfig(_Strict):
                          f"{self.heads} (each key/value head serves an equal group of query "
                          f"heads)")
         if self.experts and not 0 < self.top_k <= self.experts:
-            raise ValueError("a MoE model needs 0 < top_k <= experts")
+            raise at_key("top_k", self.top_k, f"model.top_k={self.top_k} must be from 1 to "
+                         f"model.experts={self.experts} (each token goes to top_k experts)")
+        if self.top_k and not self.experts:
+            raise at_key("top_k", self.top_k, f"model.top_k={self.top_k} has no effect without "
+                         f"experts (model.experts=0): set model.experts for a MoE model, or "
+                         f"drop top_k")
         return self
 
     @property
@@ -254,22 +276,25 @@ class TrainConfig(_Strict):
         if (why := tp_split_rule(m, p.tp)) is not None:
             raise at_key("parallel.tp", p.tp, why)
         if (why := ffn_split_rule(m, p.tp)) is not None:
-            raise ValueError(why)
+            width = "" if m.ffn else f" (4 · model.hidden {m.hidden})"
+            raise at_key("parallel.tp", p.tp, f"model.{why}{width}: Megatron-LM splits the "
+                         f"FFN's width over the tensor-parallel ranks")
         if p.pp * p.virtual_stages > m.layers:
-            raise ValueError(f"pp·virtual_stages {p.pp * p.virtual_stages} exceeds layers {m.layers}")
+            raise ValueError(f"parallel.pp={p.pp} · parallel.virtual_stages={p.virtual_stages} "
+                             f"exceeds model.layers={m.layers} (each pipeline chunk takes "
+                             f"whole layers)")
         if t.global_batch % (p.dp * t.micro_batch):
-            raise ValueError(f"global_batch {t.global_batch} is not a multiple of "
-                             f"dp·micro_batch = {p.dp * t.micro_batch}")
+            raise ValueError(f"training.global_batch={t.global_batch} is not a multiple of "
+                             f"parallel.dp={p.dp} · training.micro_batch={t.micro_batch} = "
+                             f"{p.dp * t.micro_batch}")
         if (why := moe_rule(m, p.ep)) is not None:
-            raise ValueError(why)
+            raise at_key("parallel.ep", p.ep, f"{why}; model.experts={m.experts}")
         if p.ep > 1 and (m.experts % p.ep or p.dp % p.ep):
-            raise ValueError(f"ep {p.ep} must divide both experts {m.experts} and dp {p.dp} "
-                             f"(expert-parallel groups are formed inside data parallelism)")
-        if p.schedule == "interleaved" and p.virtual_stages < 2:
-            raise ValueError("the interleaved schedule needs virtual_stages >= 2")
-        if p.schedule != "interleaved" and p.virtual_stages > 1:
-            raise ValueError(f"virtual_stages {p.virtual_stages} needs schedule: interleaved "
-                             f"({p.schedule} runs one chunk of layers per device)")
+            raise at_key("parallel.ep", p.ep, f"ep {p.ep} must divide both experts {m.experts} "
+                         f"and dp {p.dp} (model.experts, parallel.dp: expert-parallel groups are "
+                         f"formed inside data parallelism)")
+        if (why := schedule_rule(p.schedule, p.virtual_stages, p.pp)) is not None:
+            raise ValueError(why)
         if p.schedule == "interleaved" and m.layers % (p.pp * p.virtual_stages):
             # Megatron-LM splits every stage into equal chunks and asserts it
             raise ValueError(f"the interleaved schedule needs layers ({m.layers}) to split "
@@ -289,8 +314,34 @@ class TrainConfig(_Strict):
         return self.training.global_batch // (self.parallel.dp * self.training.micro_batch)
 
 
+# estimate-train-time's config keys: its docs/configuration.md and examples (save_folder and
+# save_name, where its older examples had results written, change no estimate)
+ETT_KEYS = ("gpu_name", "operator_data_folder", "nccl_data_folder", "training_config",
+            "comm_bucket", "encoders", "function_list", "encoder_function_list",
+            "layernorm_name", "fwd_syncs", "bwd_syncs", "save_folder", "save_name")
+# training_config's entries, in order
+ETT_TRAINING = ("pp", "mp", "dp", "b", "h", "l", "dim", "steps_per_update", "gpus_per_node")
+ETT_NORMS = ("RMSlayernorm", "layernorm")
+# the ops its function lists name: those its kernel sampler measures for a model
+ETT_FUNCTIONS = ("embedding", *ETT_NORMS, "linear1", "linear2", "linear3", "linear4",
+                 "linear_final", "RoPE", "flash_atten", "gelu", "res_add",
+                 "parallel_cross_entropy_128", "softmax", "fillmask", "baddbmm", "bmm",
+                 "ScaledUpperTriangMaskedSoftmax")
+# what from_ett assumes for a key that upstream requires and a file leaves out
+ETT_DEFAULTS = {"gpu_name": "NVIDIAA100-SXM4-80GB", "layernorm_name": "layernorm",
+                "encoder_function_list": [], "comm_bucket": 1260000000}
+# the keys of ours from_ett sets from one of upstream's, as errors name them
+ETT_SOURCES = {"model.layers": "encoders", "model.hidden": "training_config.dim",
+               "model.heads": "training_config.h", "model.seq_len": "training_config.l",
+               "training.micro_batch": "training_config.b", "parallel.dp": "training_config.dp",
+               "parallel.tp": "training_config.mp", "parallel.pp": "training_config.pp",
+               "cluster.gpus_per_node": "training_config.gpus_per_node",
+               "cluster.device": "gpu_name"}
+ETT_SYNCS = 2  # the tensor-parallel all-reduces a layer runs forward, and backward
+
+
 def _ett_folder(data: dict[str, Any], key: str, config_dir: Path | None,
-                notes: list[str] | None, strict: bool) -> str:
+                notes: list[str] | None, strict: bool, file: str) -> str:
     """An upstream data folder, absolute or relative to the config as upstream resolves it;
     'bundled' (the A100 samples, which upstream's Perlmutter folders are) when it is not
     given, names upstream's Perlmutter folder, or is not there; the last is said in
@@ -306,46 +357,135 @@ def _ett_folder(data: dict[str, Any], key: str, config_dir: Path | None,
         msg = f"is not a folder as given{where}"
         if strict:
             raise SpecError(f"{msg} (--strict refuses the bundled data instead)",
-                            file=str(data.get("file", "config")), key=key, value=value)
+                            file=file, key=key, value=value)
         if notes is not None:
             notes.append(f"{key} {value} {msg}: the bundled A100 samples are used instead")
     return "bundled"
 
 
+def _check_ett(data: dict[str, Any], file: str) -> None:
+    """Every key of an upstream config known and of its type, before any is converted: an
+    error names the key as the file gives it (training_config.mp) and the value written."""
+    for key, value in data.items():
+        if key not in ETT_KEYS:
+            raise SpecError(_unknown("key", str(key), ETT_KEYS, "estimate-train-time's config"),
+                            file=file, key=str(key), value=value)
+    for key in ("training_config", "encoders"):
+        if key not in data:
+            raise SpecError("missing: estimate-train-time's config requires it", file=file,
+                            key=key)
+    given = data["training_config"]
+    if not isinstance(given, list) or len(given) != len(ETT_TRAINING):
+        raise SpecError(f"expected a list of {len(ETT_TRAINING)} integers "
+                        f"[{', '.join(ETT_TRAINING)}]", file=file, key="training_config",
+                        value=given)
+    counts = {f"training_config.{k}": v for k, v in zip(ETT_TRAINING, given, strict=True)}
+    counts["encoders"] = data["encoders"]
+    counts.update({k: data[k] for k in ("fwd_syncs", "bwd_syncs") if k in data})
+    for key, value in counts.items():
+        least = 0 if key.endswith("_syncs") else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise SpecError(f"expected an integer >= {least}", file=file, key=key, value=value)
+    bucket = data.get("comm_bucket", 1)
+    if isinstance(bucket, bool) or not isinstance(bucket, int | float) or not 0 < bucket < 2**63:
+        raise SpecError("expected a positive number of bytes", file=file, key="comm_bucket",
+                        value=bucket)
+    for key in ("gpu_name", "operator_data_folder", "nccl_data_folder"):
+        if key in data and (not isinstance(data[key], str) or not data[key].strip()):
+            raise SpecError("expected a name" if key == "gpu_name" else "expected a folder",
+                            file=file, key=key, value=data[key])
+    names = [("layernorm_name", data["layernorm_name"], ETT_NORMS)] \
+        if "layernorm_name" in data else []
+    for key in ("function_list", "encoder_function_list"):
+        if not isinstance(data.get(key, []), list):
+            raise SpecError("expected a list of op names", file=file, key=key, value=data[key])
+        names += [(key, name, ETT_FUNCTIONS) for name in data.get(key, [])]
+    for key, name, known in names:
+        if name not in known:
+            what = "norm" if key == "layernorm_name" else "op"
+            raise SpecError(_unknown(what, str(name), known, key), file=file, key=key,
+                            value=name)
+
+
+def _ett_assumed(data: dict[str, Any], file: str, notes: list[str] | None,
+                 strict: bool) -> None:
+    """What the conversion assumes or leaves unused, said in ``notes``; an error under
+    ``strict``: a key upstream requires that the file leaves out, and a number of
+    tensor-parallel syncs other than the layer's (opatlas times those of the layer it
+    models)."""
+    shown = {**ETT_DEFAULTS, "encoder_function_list": "[] (attention unfused, no RoPE)"}
+    said = [(k, None, f"missing: estimate-train-time's config requires it; assumed {k} = "
+                      f"{shown[k]}") for k in ETT_DEFAULTS if k not in data]
+    said += [(k, data[k], f"{k} {data[k]} is not used: opatlas times the tensor-parallel "
+                          f"all-reduces of the Megatron-LM layer it models ({ETT_SYNCS} a "
+                          f"layer forward, {ETT_SYNCS} backward)")
+             for k in ("fwd_syncs", "bwd_syncs") if data.get(k, ETT_SYNCS) != ETT_SYNCS]
+    for key, value, msg in said:
+        if strict:
+            raise SpecError(f"{msg} (--strict refuses it)", file=file, key=key, value=value)
+        if notes is not None:
+            notes.append(msg if value is not None else f"{key} {msg}")
+
+
 def from_ett(data: dict[str, Any], config_dir: Path | None = None,
-             notes: list[str] | None = None, strict: bool = False) -> dict[str, Any]:
+             notes: list[str] | None = None, strict: bool = False,
+             file: str | None = None) -> dict[str, Any]:
     """estimate-train-time's example config -> our mapping, keeping upstream's model
     assumptions (GELU FFN of 4·dim, vocab 50,257, MHA, fp16, full recompute, ZeRO-1, AFAB,
     no DP overlap) so the comparison with its published numbers is like for like. A layer
     whose function list has no ``flash_atten`` runs attention unfused (baddbmm, masked
-    softmax, bmm)."""
+    softmax, bmm). Errors name ``file`` (the config; its name is the model's)."""
+    where = file or "config"
+    _check_ett(data, where)
+    given = {**ETT_DEFAULTS, **data}
     pp, mp, dp, b, h, l, dim, steps, gpn = data["training_config"]
-    norm = "rmsnorm" if data.get("layernorm_name", "").lower().startswith("rms") else "layernorm"
-    funcs = data.get("encoder_function_list", [])
-    device = data.get("gpu_name", "NVIDIAA100-SXM4-80GB")
+    funcs = given["encoder_function_list"]
+    norm = "rmsnorm" if given["layernorm_name"] == "RMSlayernorm" else "layernorm"
+    folders = {k: _ett_folder(data, k, config_dir, notes, strict, where)
+               for k in ("nccl_data_folder", "operator_data_folder")}
+    _ett_assumed(data, where, notes, strict)
     return {
-        "model": {"name": Path(str(data.get("name", "ett"))).stem, "layers": data["encoders"],
+        "model": {"name": Path(file).stem if file else "ett", "layers": data["encoders"],
                   "hidden": dim, "heads": h, "seq_len": l, "vocab": 50257, "norm": norm,
                   "rope": "RoPE" in funcs, "ffn_kind": "gelu",
                   "attention": "flash" if "flash_atten" in funcs else "unfused"},
         "training": {"global_batch": b * steps * dp, "micro_batch": b, "dtype": "fp16"},
         "parallel": {"dp": dp, "tp": mp, "pp": pp, "schedule": "gpipe", "zero": 1,
                      "recompute": "full", "dp_overlap": False,
-                     "bucket_mb": data.get("comm_bucket", 1.26e9) * 2 / 2**20},
-        "cluster": {"device": device, "gpus_per_node": gpn,
-                    "nccl_data": _ett_folder(data, "nccl_data_folder", config_dir, notes,
-                                             strict)},
-        "ops": {"mode": "data",
-                "data": _ett_folder(data, "operator_data_folder", config_dir, notes, strict)},
+                     "bucket_mb": given["comm_bucket"] * 2 / 2**20},
+        "cluster": {"device": given["gpu_name"], "gpus_per_node": gpn,
+                    "nccl_data": folders["nccl_data_folder"]},
+        "ops": {"mode": "data", "data": folders["operator_data_folder"]},
         "source": "ett",
     }
+
+
+def upstream_names(exc: SpecError, raw: dict[str, Any], given: Collection[str] = ()
+                   ) -> SpecError:
+    """``exc`` in the words of the estimate-train-time config ``raw`` was converted from: its
+    keys (training_config.mp for parallel.tp ...) for ours, but those ``given`` by --set."""
+    from opatlas.estimate.overrides import SOURCE
+
+    if raw.get("source") != "ett" or exc.file == SOURCE:
+        return exc
+    names = {k: v for k, v in ETT_SOURCES.items() if k not in given}
+    detail = re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b",
+                    lambda found: names[found[1]], exc.detail) if names else exc.detail
+    key, value = names.get(exc.key or "", exc.key), exc.value
+    if exc.key == "training.global_batch" and exc.key not in given:  # of three entries
+        key, value = "training_config", None
+        detail = f"the global batch b·steps_per_update·dp = {exc.value}: {detail}"
+    return SpecError(detail, file=exc.file, key=key, value=value)
 
 
 def load_config(path: str | Path, notes: list[str] | None = None) -> TrainConfig:
     """A config file or bundled example, validated; ``notes`` (if given) receives what was
     assumed on the way (Hugging Face defaults, cluster presets)."""
     data, path = read_config(path, notes)
-    return validate_config(data, path, notes)
+    try:
+        return validate_config(data, path, notes)
+    except SpecError as exc:
+        raise upstream_names(exc, data) from None
 
 
 def read_config(path: str | Path, notes: list[str] | None = None,
@@ -386,13 +526,8 @@ def read_config(path: str | Path, notes: list[str] | None = None,
                         "config: give a config with model, training, parallel and cluster "
                         "sections, a Hugging Face config.json or a bundled example",
                         file=str(path))
-    if "training_config" in data:
-        try:
-            data = from_ett({**data, "name": path.stem, "file": str(path)}, path.parent, notes,
-                            strict)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise SpecError(f"not a valid estimate-train-time config: {exc}", file=str(path),
-                            key="training_config") from None
+    if "training_config" in data:  # checked whole: errors name upstream's keys
+        data = from_ett(data, path.parent, notes, strict, file=str(path))
     from opatlas.estimate.hf import is_hf_config
 
     if is_hf_config(data):
@@ -415,14 +550,16 @@ def _parse(path: Path) -> Any:
 
 
 def validate_config(data: dict[str, Any], path: str | Path,
-                    notes: list[str] | None = None) -> TrainConfig:
-    """Resolve ``model.hf`` and ``cluster.preset`` in a raw mapping, then validate it; errors
-    name ``path``."""
+                    notes: list[str] | None = None, analytical: bool = False) -> TrainConfig:
+    """Resolve ``model.hf`` and ``cluster.preset`` in a raw mapping, then validate it, with a
+    device its ops can be timed on (``analytical``: by the roofline, whatever ops.mode says,
+    as --analytical times them); errors name ``path``."""
+    from opatlas.estimate.optimes import device_problem
     from opatlas.estimate.sources import resolve_sources
 
     data = resolve_sources(data, Path(path), notes)
     try:
-        return TrainConfig.model_validate(data)
+        cfg = TrainConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or None
@@ -433,12 +570,14 @@ def validate_config(data: dict[str, Any], path: str | Path,
         if err["type"] == "extra_forbidden":
             msg = _unknown_key(err["loc"])
         raise SpecError(msg, file=str(path), key=key, value=value) from None
+    device = cfg.cluster.device
+    if (why := device_problem(device, cfg.training.dtype, cfg.ops, analytical)) is not None:
+        raise SpecError(why, file=str(path), key="cluster.device", value=device)
+    return cfg
 
 
 def _unknown_key(loc: tuple) -> str:
     """A key no section takes: the keys it does take, and the nearest one."""
-    import difflib
-
     sections: dict[str, type[BaseModel]] = {
         "model": ModelConfig, "training": TrainingConfig, "parallel": ParallelConfig,
         "cluster": ClusterConfig, "ops": OpsConfig}
@@ -447,6 +586,13 @@ def _unknown_key(loc: tuple) -> str:
         return "unknown key"
     known = list(section.model_fields)
     known += {ClusterConfig: ["preset"], ModelConfig: ["hf"]}.get(section, [])
-    near = difflib.get_close_matches(str(loc[-1]), known, n=1)
-    return (f"unknown key{f' (did you mean {near[0]!r}?)' if near else ''}; "
-            f"{'.'.join(map(str, loc[:-1])) or 'the config'} takes {', '.join(known)}")
+    return _unknown("key", str(loc[-1]), known, ".".join(map(str, loc[:-1])) or "the config")
+
+
+def _unknown(what: str, name: str, known: Sequence[str], taker: str) -> str:
+    """``name`` is no ``what`` that ``taker`` takes: those it takes, and the nearest one."""
+    import difflib
+
+    near = difflib.get_close_matches(name, known, n=1)
+    return (f"unknown {what}{f' (did you mean {near[0]!r}?)' if near else ''}; "
+            f"{taker} takes {', '.join(known)}")

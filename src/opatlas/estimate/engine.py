@@ -53,13 +53,18 @@ class Estimate:
     # roofline timed, and whether the alpha-beta model timed some collective
     roofline_ops: frozenset[str] = frozenset()
     alpha_beta_collectives: bool = False
+    memory_stage: int = 0  # the pipeline stage whose memory ``memory`` is: the fullest
 
     @property
     def memory_gib(self) -> float:
         return self.memory.total / GiB
 
     @property
-    def fits(self) -> bool:
+    def fits(self) -> bool | None:
+        """Whether the fullest stage's memory is within the limit; None when it was not
+        checked (a device known only from its data, whose memory size nothing states)."""
+        if not math.isfinite(self.memory_limit_gib):
+            return None
         return self.memory_gib <= self.memory_limit_gib
 
     def as_json(self) -> dict[str, Any]:
@@ -72,6 +77,7 @@ class Estimate:
                "memory_limit_gib": (self.memory_limit_gib if math.isfinite(self.memory_limit_gib)
                                     else None),
                "memory_breakdown_gib": {k: v / GiB for k, v in vars(self.memory).items()},
+               "memory_stage": self.memory_stage,
                "fits": self.fits, "layers_per_stage": self.stages, "notes": self.notes,
                "items": [it.as_json() for it in self.items]}
         if self.equivalent:
@@ -425,15 +431,16 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride:
              nmb: int) -> tuple[float, float, int]:
     """(gradient reduction, parameter gathering, buckets) of ``params`` parameters over a
     data-parallel group of ``ranks`` spaced ``stride`` apart, per ZeRO stage. Gradients travel
-    at their own width (fp32 where they are accumulated so), parameters at 16 bits. ZeRO-1
-    (Megatron-LM's distributed optimizer) reduce-scatters the accumulated gradients once a
-    step and all-gathers the updated parameters: an all-reduce's bytes split in its two halves
+    at their own width (fp32 where they are accumulated so), parameters at the weights' (16
+    bits, 32 in fp32 training). ZeRO-1 (Megatron-LM's distributed optimizer) reduce-scatters
+    the accumulated gradients once a step and all-gathers the updated parameters: an
+    all-reduce's bytes split in its two halves
     (Rajbhandari et al. 2020, section 7: stages 1 and 2 move 2Ψ, as plain data parallelism).
     ZeRO-2 and 3 keep only their shard of the gradients, so each micro-batch's are
     reduce-scattered as its backward makes them; ZeRO-3 also gathers the weights for every
     forward and backward."""
     p, gpn = c.parallel, c.cluster.gpus_per_node
-    grads, weights = c.training.grad_bytes * params, 2.0 * params
+    grads, weights = c.training.grad_bytes * params, c.training.weight_bytes * params
     buckets = max(1, math.ceil(grads / (p.bucket_mb * 2**20)))
 
     def coll(op: str, nbytes: float) -> float:
@@ -450,11 +457,12 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride:
 
 def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
     """(bytes, seconds) of one expert-parallel all-to-all: the dispatch or the combine of each
-    token's top-k copies over the ep ranks (spaced tp apart). A MoE layer runs two forward, two
-    backward, and two more for the recomputed forward under full recomputation."""
+    token's top-k copies, at the activations' width, over the ep ranks (spaced tp apart). A
+    MoE layer runs two forward, two backward, and two more for the recomputed forward under
+    full recomputation."""
     m, p = c.model, c.parallel  # ep = 1: _coll is 0 for a group of one rank
     tokens = c.training.micro_batch * m.seq_len / (p.tp if p.sequence_parallel else 1)
-    nbytes = 2.0 * tokens * m.top_k * m.hidden
+    nbytes = c.training.weight_bytes * tokens * m.top_k * m.hidden
     return nbytes, _coll(comm, "all_to_all", nbytes, p.ep, p.tp, c.cluster.gpus_per_node)
 
 
@@ -463,7 +471,8 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
               notes: list[str], limit: float) -> Estimate:
     m, p, gpn = c.model, c.parallel, c.cluster.gpus_per_node
     nmb = c.micro_batches
-    act = 2.0 * c.training.micro_batch * m.seq_len * m.hidden  # one layer's activations, 16-bit
+    # one layer's activations, at the training dtype's width (16 bits, 32 in fp32 training)
+    act = float(c.training.weight_bytes * c.training.micro_batch * m.seq_len * m.hidden)
     per_layer_comm = 4 + (2 if p.recompute == "full" else 0)  # fwd 2, bwd 2, recomputed fwd 2
     ar = _coll(comm, "all_reduce", act, p.tp, 1, gpn)
     # Megatron-LM's scatter/gather (Narayanan et al. 2021, section 4.1): each of the tp ranks
@@ -544,9 +553,9 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     step = sum(breakdown.values())
     tokens = c.training.global_batch * m.seq_len
     mfu = pm.model_flops_per_token(m) * tokens / (step * c.gpus * device.peak(c.training.dtype))
-    mem = _memory(c, params_dev, experts_dev, per_device, sched)
+    mem, mem_stage = _memory(c, sched)
     return Estimate(c, step, breakdown, tokens / step, mfu, mem, limit, per_device, list(notes),
-                    items)
+                    items, memory_stage=mem_stage)
 
 
 def dp_groups(p: ParallelConfig, params_dev: float, experts_dev: float) -> dict[tuple[int, int], float]:
@@ -569,14 +578,17 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
     compute (``compute_window``) but for the first bucket of each forward and backward of a
     micro-batch, which the layers wait for before any compute can start. Each row's time is
     what stays exposed; ``overlapped_s`` in its shape is what the overlap hid, so hidden
-    traffic is still listed."""
+    traffic is still listed. A group of one rank (the experts' when ep = dp) moves nothing:
+    it adds no calls and no buckets (the last bucket exposed is one that moves)."""
     p = c.parallel
     groups = dp_groups(p, params_dev, experts_dev)
-    parts = [_dp_comm(comm, c, n, ranks, stride, nmb) for (ranks, stride), n in groups.items()]
-    grad_comm, param_comm, buckets = (sum(x) for x in zip(*parts, strict=True))
+    parts = [_dp_comm(comm, c, n, ranks, stride, nmb) for (ranks, stride), n in groups.items()
+             if ranks > 1]
+    grad_comm, param_comm, buckets = (sum(x) for x in zip(*parts, strict=True)) if parts \
+        else (0.0, 0.0, 0)
     reductions = nmb if p.zero >= 2 else 1
     grad_shown, param_shown = grad_comm, param_comm
-    if p.dp_overlap and p.dp > 1:
+    if p.dp_overlap and buckets:
         grad_shown = max(grad_comm - reductions * backward_window,
                          grad_comm / buckets)  # the last bucket of each reduction
         if p.zero == 3:  # param_comm: 2·nmb passes of ``buckets`` gathers each
@@ -591,15 +603,15 @@ def _dp_items(comm: AlphaBeta, c: TrainConfig, params_dev: float, experts_dev: f
                 grad_shown += beyond
     params = sum(groups.values())
     gathers = buckets * (2 * nmb if p.zero == 3 else 1)
-    # the shapes' bytes are one whole pass over the gradients (parameters): one call moves a
-    # bucket's share of them
+    # the shapes' bytes are one whole pass over the gradients (parameters) of every group,
+    # as analyze's bound shares them out (analyze/sources/config.py, ``_dp_groups``)
     return (_dp_item("all_reduce" if p.zero == 0 else "reduce_scatter", buckets * reductions,
                      grad_comm, grad_shown, {"bytes": c.training.grad_bytes * params,
                                              "ranks": p.dp, "role": "gradients",
                                              "buckets": buckets})
             + _dp_item("all_gather", gathers, param_comm, param_shown,
-                       {"bytes": 2.0 * params, "ranks": p.dp, "role": "parameters",
-                        "buckets": buckets}))
+                       {"bytes": c.training.weight_bytes * params, "ranks": p.dp,
+                        "role": "parameters", "buckets": buckets}))
 
 
 def _dp_item(name: str, calls: float, total_s: float, exposed_s: float,
@@ -611,31 +623,48 @@ def _dp_item(name: str, calls: float, total_s: float, exposed_s: float,
                      {**shape, "overlapped_s": total_s - exposed_s})]
 
 
-def _memory(c: TrainConfig, params_dev: float, experts_dev: float, per_device: list[int],
-            sched: Schedule) -> Memory:
-    """The busiest device's model states, the first device's activations (it holds the most
-    micro-batches in flight) and the logits buffer (``other``) of a single-stage pipeline."""
+def _memory(c: TrainConfig, sched: Schedule) -> tuple[Memory, int]:
+    """(memory, stage) of the fullest pipeline stage. Each stage holds its own layers' model
+    states (the embedding's on the first, the head's on the last), its layers' activations
+    times the micro-batches it has in flight (the first stage the most under 1F1B, but an
+    uneven split gives the middle stages more layers) and, on the last, the logits buffer
+    (``other``): fp32, as many micro-batches' as wait for their loss's backward there: one,
+    whose backward follows its forward, but every micro-batch's under GPipe (all forwards
+    first)."""
     m, p = c.model, c.parallel
-    g, w = c.training.grad_bytes, c.training.weight_bytes
-    dense = model_state_bytes(params_dev - experts_dev, p.dp, p.zero, weight_bytes=w,
-                              grad_bytes=g)
-    experts = model_state_bytes(experts_dev, p.dp // p.ep, p.zero, weight_bytes=w,
-                                grad_bytes=g)  # over dp/ep
-    states = {k: dense[k] + experts[k] for k in dense}
+    dev, per_device, expert = _params_per_device(c)
     per_layer = activation_bytes_per_layer(m, c.training.micro_batch, p.tp, p.sequence_parallel,
                                            p.recompute, flash=m.attention == "flash",
-                                           element_bytes=w)
-    acts = per_device[0] * per_layer * sched.in_flight()
-    logits = 4.0 * c.training.micro_batch * m.seq_len * m.vocab / p.tp if p.pp == 1 else 0.0
-    weights = states["weights"] + _gathered_weights(c, per_device)
+                                           element_bytes=c.training.weight_bytes)
+    logits = 4.0 * c.training.micro_batch * m.seq_len * m.vocab / p.tp
+    logits *= sched.m if sched.name == "gpipe" else 1
+    stages = [_stage_memory(c, dev[d], layers * expert, layers,
+                            layers * per_layer * sched.in_flight(d),
+                            logits if d == p.pp - 1 else 0.0)
+              for d, layers in enumerate(per_device)]
+    fullest = max(range(p.pp), key=lambda d: stages[d].total)
+    return stages[fullest], fullest
+
+
+def _stage_memory(c: TrainConfig, params: float, experts: float, layers: int, acts: float,
+                  other: float) -> Memory:
+    """One pipeline stage's memory: its ``params`` parameters' states (its ``experts``
+    sharded over the dp/ep ranks holding the same experts), ZeRO-3's gathered layers, and the
+    activations and other buffers given."""
+    p, g, w = c.parallel, c.training.grad_bytes, c.training.weight_bytes
+    dense = model_state_bytes(params - experts, p.dp, p.zero, weight_bytes=w, grad_bytes=g)
+    expert = model_state_bytes(experts, p.dp // p.ep, p.zero, weight_bytes=w, grad_bytes=g)
+    states = {k: dense[k] + expert[k] for k in dense}
+    weights = states["weights"] + _gathered_weights(c, layers)
     # the reserve (RESERVED_BYTES) is not here: the limit the total is checked against is
     # already the device's memory less it (_memory_limit_gib)
-    return Memory(weights, states["gradients"], states["optimizer"], acts, logits)
+    return Memory(weights, states["gradients"], states["optimizer"], acts, other)
 
 
-def _gathered_weights(c: TrainConfig, per_device: list[int]) -> float:
-    """The whole (not dp-sharded) weights ZeRO-3 holds beside its shard: those of the layer
-    computing and of the next one, prefetched (at the training dtype's width)."""
+def _gathered_weights(c: TrainConfig, layers: int) -> float:
+    """The whole (not dp-sharded) weights ZeRO-3 holds beside its shard on a stage of
+    ``layers`` layers: those of the layer computing and of the next one, prefetched (at the
+    training dtype's width)."""
     if c.parallel.zero < 3:
         return 0.0
-    return c.training.weight_bytes * min(2, max(per_device)) * _layer_params_on_device(c)[0]
+    return c.training.weight_bytes * min(2, layers) * _layer_params_on_device(c)[0]

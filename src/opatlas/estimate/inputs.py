@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opatlas.errors import OpatlasError, SpecError
-from opatlas.estimate.config import TrainConfig, read_config, validate_config
+from opatlas.estimate.config import TrainConfig, read_config, upstream_names, validate_config
 from opatlas.estimate.defaults import assumed_defaults
 from opatlas.estimate.overrides import SOURCE as SET_SOURCE
 from opatlas.estimate.overrides import apply_overrides, override_keys
@@ -38,11 +38,13 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     ``gpus`` is the world size: for Megatron arguments it sets dp = gpus / (tp·pp); for a
     config that does not fix ``parallel.dp`` (a Hugging Face one) likewise, unless ``search``
     (where it is the search's GPU count); a config whose dp·tp·pp disagrees is an error.
-    ``strict``: Megatron flags that are not modelled are errors, not notes. ``notes``: a list
+    ``strict``: Megatron flags that are not modelled are errors, not notes, and so is a
+    default the input leaves a key to (``assumed_defaults``). ``notes``: a list
     to collect the assumptions in as they are made, so that a caller can show them even when
     a later step fails (an assumed batch is why a layout does not divide it).
     ``analytical``: the input's measured data will be dropped (``with_flags``), so a data
-    folder that is not there is no error under ``strict``.
+    folder that is not there is no error under ``strict``, and the device must be one the
+    roofline knows.
     """
     notes = [] if notes is None else notes
     steps = None
@@ -70,14 +72,14 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         notes.append(f"--set changes the layout's GPU count from {before} to {after} "
                      f"(dp·tp·pp: --set parallel.dp too to keep the count)")
     if search:
-        return _for_search(raw, path, sets, gpus, notes, steps)
+        return _for_search(raw, path, sets, gpus, notes, steps, strict, analytical)
     try:
         if gpus is not None:
             raw = _spread_gpus(raw, gpus, path, notes, quiet=megatron_args is not None)
-        cfg = validate_config(raw, path, notes)
+        cfg = validate_config(raw, path, notes, analytical)
     except SpecError as exc:
-        raise _blame(exc, sets) from None
-    notes.extend(assumed_defaults(raw))
+        raise _named(exc, sets, raw) from None
+    _assume(notes, assumed_defaults(raw), strict, str(path))
     if gpus is not None and cfg.gpus != gpus:
         raise OpatlasError(f"--gpus {gpus} disagrees with the config's dp·tp·pp = "
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
@@ -116,7 +118,8 @@ def _check_analytical(sets: Sequence[str], analytical: bool) -> None:
 
 
 def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int | None,
-                notes: list[str], steps: int | None) -> Inputs:
+                notes: list[str], steps: int | None, strict: bool = False,
+                analytical: bool = False) -> Inputs:
     """The config a search starts from: the input's own layout (the keys the search chooses)
     dropped, so that it cannot make a value --set holds invalid (a file's virtual_stages 5
     against --set parallel.schedule=1f1b); the held values, checked one by one, come back
@@ -127,11 +130,11 @@ def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int 
     held = [k for k in SEARCHED if k in override_keys(sets)]
     try:  # an assumed batch divides into the GPUs, and into held dp and micro-batch
         resolved = resolve_sources(_without(raw, SEARCHED, keep=held), path, notes, gpus)
-        cfg = validate_config(_without(resolved, SEARCHED), path, notes)
+        cfg = validate_config(_without(resolved, SEARCHED), path, notes, analytical)
         pinned = _held_values(resolved, held, cfg)
     except SpecError as exc:
-        raise _blame(exc, sets) from None
-    notes.extend(assumed_defaults(raw, search=True))
+        raise _named(exc, sets, raw) from None
+    _assume(notes, assumed_defaults(raw, search=True), strict, str(path))
     return Inputs(cfg, notes, steps, pinned)
 
 
@@ -211,6 +214,21 @@ def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],
     return {**raw, "parallel": {**parallel, "dp": gpus // (tp * pp)}}
 
 
+def _assume(notes: list[str], assumed: list[str], strict: bool, source: str | None) -> None:
+    """The defaults ``assumed`` said in ``notes``; under ``strict`` the first is an error
+    naming them and how to give them (in ``source``, the config, or with --set)."""
+    if strict and assumed:
+        raise SpecError(f"{assumed[0]} (--strict refuses defaults: give these keys)",
+                        file=source)
+    notes.extend(assumed)
+
+
+def _named(exc: SpecError, sets: Sequence[str], raw: dict[str, Any]) -> SpecError:
+    """``exc`` blamed on the --set that holds the bad value (``_blame``), in the words of
+    the input's own format (an estimate-train-time config's keys)."""
+    return upstream_names(_blame(exc, sets), raw, override_keys(sets))
+
+
 def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
     """Name --set when an override holds the bad value; a rule spanning keys (heads vs tp)
     names the overrides in play rather than echoing the whole config."""
@@ -230,8 +248,10 @@ def _blame(exc: SpecError, sets: Sequence[str]) -> SpecError:
 
 # the other keys of the rules an error is reported at this key for (estimate.config's
 # validators): an override of one of them is in play when the rule breaks
-RULE_PARTNERS = {"parallel.tp": ("model.heads", "model.kv_heads", "model.ffn"),
-                 "model.kv_heads": ("model.heads",)}
+RULE_PARTNERS = {"parallel.tp": ("model.heads", "model.kv_heads", "model.ffn", "model.hidden"),
+                 "model.kv_heads": ("model.heads",),
+                 "parallel.ep": ("model.experts", "parallel.dp"),
+                 "model.top_k": ("model.experts",)}
 
 
 def with_flags(cfg: TrainConfig, strict: bool, analytical: bool,
@@ -240,15 +260,16 @@ def with_flags(cfg: TrainConfig, strict: bool, analytical: bool,
     ops.strict; roofline ops with alpha-beta collectives (no NCCL data). ``notes`` receives
     what ``--analytical`` assumes that the config's measured data had made moot, as the
     same config written ``ops: {mode: analytical}`` says it: the default efficiencies, and
-    the links of the device's own system (else the default links)."""
+    the links of the device's own system (else the default links); a default is an error
+    under ``strict``."""
     if strict:
         cfg = cfg.model_copy(update={"ops": cfg.ops.model_copy(update={"strict": True})})
     if analytical and (cfg.ops.mode != "analytical" or cfg.cluster.nccl_data):
-        cfg = _analytical(cfg, [] if notes is None else notes)
+        cfg = _analytical(cfg, [] if notes is None else notes, strict)
     return cfg
 
 
-def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
+def _analytical(cfg: TrainConfig, notes: list[str], strict: bool = False) -> TrainConfig:
     """Roofline ops and alpha-beta collectives. The fields the input gave
     (``model_fields_set``) are redone as a raw config without its NCCL data, so that the
     links and defaults are filled and said by the code a file's path goes through."""
@@ -260,8 +281,8 @@ def _analytical(cfg: TrainConfig, notes: list[str]) -> TrainConfig:
     _forget_dropped_data(notes)
     ops = {**{k: getattr(cfg.ops, k) for k in cfg.ops.model_fields_set}, "mode": "analytical"}
     layout = {k: getattr(cfg, k).model_dump() for k in ("training", "parallel")}
-    notes.extend(n for n in assumed_defaults({**layout, "cluster": cluster, "ops": ops})
-                 if n not in notes)
+    _assume(notes, [n for n in assumed_defaults({**layout, "cluster": cluster, "ops": ops})
+                    if n not in notes], strict, "--analytical")
     return cfg.model_copy(update={
         "ops": cfg.ops.model_copy(update={"mode": "analytical"}),
         "cluster": cfg.cluster.model_copy(update={**cluster, "nccl_data": None})})
@@ -308,7 +329,8 @@ def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str
 def derived_collectives(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]:
     """How the NCCL samples timed a collective they have none of but imply (a reduce-scatter:
     ``comm.REDUCE_SCATTER_RULE``), as the estimator's model of the cluster (read once per
-    cluster, so the one ``estimates`` used) recorded it; said where ``estimates`` show one."""
+    cluster, so the one ``estimates`` used) recorded it; said where ``estimates`` show one,
+    an error under ``ops.strict`` (--strict), as other data-mode substitutes are."""
     if not cfg.cluster.nccl_data:
         return []
     from opatlas.estimate.comm import take_derived_note
@@ -316,7 +338,12 @@ def derived_collectives(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]
 
     note = take_derived_note(_comm_model(cfg))
     shown = any(it.name == "reduce_scatter" for e in estimates for it in e.items)
-    return [note] if note is not None and shown else []
+    if note is None or not shown:
+        return []
+    if cfg.ops.strict:
+        raise OpatlasError(f"ops.strict: {note}; measure reduce_scatter into "
+                           f"cluster.nccl_data, or drop --strict (ops.strict) to derive it")
+    return [note]
 
 
 def out_of_memory(est: Any) -> str | None:
@@ -326,5 +353,6 @@ def out_of_memory(est: Any) -> str | None:
 
     if est.fits or not math.isfinite(est.memory_limit_gib):
         return None
-    return (f"the layout needs {est.memory_gib:.1f} GiB per GPU, more than the "
+    where = (f" on pipeline stage {est.memory_stage}" if est.config.parallel.pp > 1 else "")
+    return (f"the layout needs {est.memory_gib:.1f} GiB per GPU{where}, more than the "
             f"{est.memory_limit_gib:.0f} GiB it can use (out of memory)")

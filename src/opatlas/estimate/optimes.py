@@ -93,25 +93,45 @@ class DataTimes(RooflineTimes):
         return [f"op {x} {why[x]}; roofline used" for x in sorted(why)]
 
 
+def device_problem(cluster_device: str, dtype: str, ops: Any, analytical: bool = False
+                   ) -> str | None:
+    """Why a config's ops cannot be timed on its ``cluster.device``, or None: the roofline
+    (ops.mode analytical, or ``analytical`` as --analytical) needs the device in the catalog;
+    data mode needs the data to hold samples of it (under any of its names), which then
+    describe a device outside the catalog."""
+    name = cluster_device.replace(" ", "")
+    if analytical or ops.mode != "data":
+        if find_device(name) is not None:
+            return None
+        from opatlas.devices import DEVICES
+
+        how = "--analytical" if analytical else f"ops.mode {ops.mode}"
+        return (f"cluster.device {cluster_device!r} is not in the device catalog, which the "
+                f"roofline ({how}) needs; known: {', '.join(DEVICES)} (in ops.mode data a "
+                f"device is also described by its own samples)")
+    from opatlas.predict import Predictor
+
+    pred = Predictor.shared(device=name, dtype=dtype, data=ops.data)
+    try:
+        pred.check_device()
+    except OpatlasError as exc:
+        return str(exc)
+    return None
+
+
 def op_times(cluster_device: str, dtype: str, ops: Any) -> tuple[Device, RooflineTimes]:
     """(the device, the op-time source) of a config's ``cluster.device`` and ``ops`` section.
     A device outside the catalog works in data mode: its own data describes it."""
+    if (why := device_problem(cluster_device, dtype, ops)) is not None:
+        raise OpatlasError(why)
     name = cluster_device.replace(" ", "")
     if ops.mode != "data":
         device = find_device(name)
-        if device is None:
-            from opatlas.devices import DEVICES
-
-            raise OpatlasError(f"cluster.device {cluster_device!r} is not in the device "
-                               f"catalog, which the roofline (ops.mode {ops.mode}) needs; "
-                               f"known: {', '.join(DEVICES)} (in ops.mode data a device is "
-                               f"also described by its own samples)")
+        assert device is not None  # device_problem says why not
         return device, RooflineTimes(device, dtype, ops.compute_efficiency,
                                      ops.memory_efficiency)
     from opatlas.predict import Predictor
 
-    pred = Predictor.shared(device=name, dtype=dtype, data=ops.data)
-    pred.check_device()
-    device = pred.device_entry(name, dtype)
+    device = Predictor.shared(device=name, dtype=dtype, data=ops.data).device_entry(name, dtype)
     return device, DataTimes(device, name, dtype, ops.data, ops.compute_efficiency,
                              ops.memory_efficiency, strict=getattr(ops, "strict", False))

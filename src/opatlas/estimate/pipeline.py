@@ -36,10 +36,14 @@ class Schedule:
         """``stage_step``: forward + backward of one micro-batch on the slowest stage."""
         return self.m * stage_step * (1.0 + self.bubble_fraction())
 
-    def in_flight(self) -> float:
-        """Micro-batches whose activations the first stage holds at once."""
+    def in_flight(self, stage: int = 0) -> float:
+        """Micro-batches whose activations stage ``stage`` (0 first) holds at once: its warm-up
+        forwards and one more, as Megatron-LM schedules them. GPipe: all ``m``. 1F1B: p − stage.
+        Interleaved: (p − stage − 1)·2 + (v − 1)·p warm-up chunks, one chunk being 1/v of the
+        stage's layers: p + (p − 1 − 2·stage)/v micro-batches, p·(1 + (p − 1)/(p·v)) on the
+        first stage (Narayanan et al. 2021). Never more than the ``m`` there are."""
         if self.name == "gpipe":
             return float(self.m)
         if self.name == "interleaved":
-            return min(self.m, self.p * (1.0 + (self.p - 1) / (self.p * self.v)))
-        return float(min(self.m, self.p))
+            return min(self.m, self.p + (self.p - 1 - 2 * stage) / self.v)
+        return float(min(self.m, self.p - stage))

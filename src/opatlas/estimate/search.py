@@ -127,7 +127,8 @@ def search(cfg: TrainConfig, gpus: int, top: int = 10, fixed: dict[str, object] 
     if not cands:
         raise _no_layout(cfg, gpus, fixed or {})
     ests = estimate_many(cands)
-    fits = sorted((e for e in ests if e.fits), key=lambda e: e.step_time_s)
+    # fits None: memory not checked (its size unknown), which refuses no layout
+    fits = sorted((e for e in ests if e.fits is not False), key=lambda e: e.step_time_s)
     if not fits:
         raise OpatlasError(_none_fits(ests, gpus))
     return distinct(fits)[:top], len(ests), len(ests) - len(fits)
