@@ -169,8 +169,8 @@ def test_run_folder_figures_by_hand(tmp_path):
     assert e0["slowest_op"] == "gelu0"  # the largest bw time, not the first op
     assert e0["pipeline_cycles"] == 15000
     assert e0["inputs_per_second"] == 66666  # int(1e9 / 15000)
-    # util: (4·48·12500 + 2·10·15000) / 15000 / 72 = 2.5
-    assert e0["util"] == 2.5
+    # math util: (4·48·12500 + 2·10·15000) / 15000 / 72 = 2.5
+    assert e0["math_util"] == 2.5 and "util" not in e0
     # balancer util: (4·9000 + 2·6000) / 13000 / 72 = 0.05128 -> 5.1 %
     assert e0["balancer_util"] == 5.1
     assert e0["matmul_cores"] == 4
@@ -183,13 +183,14 @@ def test_run_folder_figures_by_hand(tmp_path):
     assert e0["balancer_epoch_score"] == 58.5
     # epoch 1: add0, 32 inputs: 64000/32 = 2000 for both
     assert (e1["pipeline_cycles"], e1["inputs_per_second"]) == (2000, 500000)
-    assert e1["util"] == 0.2  # 1·20·2000 / 2000 / 72 = 0.277 -> 0.2
+    assert e1["math_util"] == 0.2  # 1·20·2000 / 2000 / 72 = 0.277 -> 0.2
     assert e1["balancer_util"] == 1.1  # 1·2000 / 2500 / 72 = 0.0111 -> 1.1 %
     assert (e1["required_dram_bw_gbs"], e1["actual_dram_bw_gbs"]) == (10.0, 20.0)
     # model: 1e9 / (15000 + 2000)
     assert s["overall_speed"] == 58823
     assert s["overall_util"] == 2.22  # (2.5·15000 + 0.2·2000) / 17000 = 2.229
-    assert s["kernel_estimation_error"] == 11  # 2000 / 17000
+    # 2000 / 17000 = 11 %, said once: as the views' (absolute) estimation error
+    assert s["estimation_error"] == pytest.approx(0.11) and "kernel_estimation_error" not in s
     assert s["kernel_bw_estimation_error"] == 16  # 5000 / 29500
     assert s["balancer_solution_score"] == 55.0
     assert (s["epochs"], s["ops"]) == (2, 3)
@@ -208,7 +209,8 @@ def test_run_folder_rows_columns_and_highlights(tmp_path):
     assert mm0["bw_problem"] == "dram in0" and mm0["limiter"] == "memory"
     # gelu0: in0 30/20 = 1.5 < out 24/8 = 3 -> output; its output goes to an op (NoC)
     assert gelu0["bw_problem"] == "output" and gelu0["limiter"] == "communication"
-    assert add0["bw_problem"] == "" and add0["limiter"] == "compute"
+    # no pipe short, and its only bound is its DRAM traffic (no FLOPs): memory, not compute
+    assert add0["bw_problem"] == "" and add0["limiter"] == "memory"
     assert add0["in1_req"] == 0.0  # N/A reads as 0
     assert mm0["est_err"] == pytest.approx(0.10) and gelu0["est_err"] == pytest.approx(0.20)
     assert mm0["util"] == pytest.approx(0.60) and mm0["bw_util"] == pytest.approx(0.48)
@@ -233,7 +235,7 @@ def test_run_without_op_perf_hides_estimates(tmp_path):
     make_run(tmp_path, with_estimates=False)
     a = read(tmp_path)
     assert "estimated_cycles" not in {c.key for c in a.columns}
-    assert a.summary["kernel_estimation_error"] is None
+    assert a.summary["estimation_error"] is None
     assert a.summary["epoch_summary"][0]["balancer_util"] is None
     assert a.summary["overall_speed"] == 58823
 
@@ -386,10 +388,10 @@ def test_two_chips_one_temporal_epoch(tmp_path):
     e = merged["epoch_summary"][0]
     assert e["pipeline_cycles"] == 15000  # gelu0 still the slowest
     # (4·48·12500 + 2·10·15000 + 1·20·2000) / 15000 / (72·2 cores) = 1.268 -> 1.2
-    assert e["util"] == 1.2
+    assert e["math_util"] == 1.2
     spatial = read(tmp_path, options=ReadOptions(extra={"spatial_epochs": True})).summary
     assert spatial["epochs"] == 2 and spatial["epoch_kind"] == "spatial"
-    assert spatial["epoch_summary"][0]["util"] == 2.5  # 72 cores: one chip
+    assert spatial["epoch_summary"][0]["math_util"] == 2.5  # 72 cores: one chip
     assert spatial["overall_speed"] == 58823  # 1e9 / (15000 + 2000)
 
 

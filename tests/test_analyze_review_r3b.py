@@ -34,7 +34,8 @@ def _tt() -> None:
 def test_kernel_verdict_needs_a_bound_and_turns_overhead_past_the_threshold():
     assert kernel_verdict("compute", None, None) == "unknown"
     assert kernel_verdict("compute", 1e-6, OVERHEAD_HEADROOM * 1.01) == "overhead"
-    assert kernel_verdict("compute", 1e-6, OVERHEAD_HEADROOM) == "compute"
+    assert kernel_verdict("compute", 1e-6, OVERHEAD_HEADROOM, floor=1e-6) == "compute"
+    assert kernel_verdict("compute", 1e-6, 2.0) == "memory"  # no compute floor: DRAM bytes
     # a pipe's verdict stands: the NoC is in no bound, a DRAM pipe runs at the balancer's share
     assert kernel_verdict("communication", None, None) == "communication"
     assert kernel_verdict("memory", 1e-6, 40.0) == "memory"
@@ -165,20 +166,20 @@ def test_pybuda_percent_figures_are_labelled_as_percents(tmp_path):
     s = a.summary
     # the same utilization: a fraction for the views, PyBuda's percent beside it, said so
     assert s["utilization"] == pytest.approx(s["overall_util"] / 100)
-    assert "overall_util" in s["percent_keys"] and "epoch_summary.util" in s["percent_keys"]
+    assert "overall_util" in s["percent_keys"] and "epoch_summary.math_util" in s["percent_keys"]
     items = {label: value for label, value, _ in summary_items(a)}
-    assert items["overall util"] == "2.22%" and items["approx. utilization"] == "2.2%"
-    assert items["kernel estimation error"] == "11%"
+    assert items["overall util"] == "2.22%" and items["approx. math utilization"] == "2.2%"
+    assert items["mean |kernel estimate error|"] == "11.0%"  # once, with no sign
     assert "percent keys" not in items
     epochs = next(d for d in detail_tables(a) if d["title"] == "epoch summary")
-    assert epochs["rows"][0]["util (%)"] == 2.5 and "util" not in epochs["rows"][0]
+    assert epochs["rows"][0]["math_util (%)"] == 2.5 and "math_util" not in epochs["rows"][0]
     assert "balancer_util (%)" in epochs["rows"][0]
 
 
 def test_netlist_estimate_labels_its_epoch_util_percent():
     a = api.analyze(RESNET)
     epochs = next(d for d in detail_tables(a) if d["title"] == "epoch summary")
-    assert "util (%)" in epochs["rows"][0]
+    assert "balancer_util (%)" in epochs["rows"][0] and "util (%)" not in epochs["rows"][0]
 
 
 def test_tt_metal_total_share_is_a_described_fraction(tmp_path):

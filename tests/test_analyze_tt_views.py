@@ -165,7 +165,7 @@ def test_pybuda_run_in_the_terminal_app(tmp_path):
         app = AnalyzerApp(a, {"source": str(tmp_path / "run")})
         async with app.run_test(size=(200, 50)) as pilot:
             cards = str(app.screen.query_one("#cards", Static).render())
-            assert "58,823 samples/s" in cards and "approx. utilization" in cards
+            assert "58,823 samples/s" in cards and "approx. math utilization" in cards
             assert [r[0] for r in _cells(app, "#groups")] == ["0", "1"]  # the epochs
             await pilot.press("e")
             assert isinstance(app.screen, StageScreen)

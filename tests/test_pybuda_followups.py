@@ -131,7 +131,7 @@ def test_a_measured_runs_epochs_have_their_slowest_rows_limiter(tmp_path):
     e0, e1 = read(tmp_path / "run").summary["epoch_summary"]
     assert (e0["slowest_op"], e0["limiter"], e0["bw_problem"]) == (
         "gelu0", "communication", "output")  # its output pipe to mm0's epoch, over the NoC
-    assert (e1["slowest_op"], e1["limiter"], e1["bw_problem"]) == ("add0", "compute", "")
+    assert (e1["slowest_op"], e1["limiter"], e1["bw_problem"]) == ("add0", "memory", "")
 
 
 def test_an_epoch_without_a_slowest_op_is_unknown():

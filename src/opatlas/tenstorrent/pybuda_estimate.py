@@ -61,10 +61,16 @@ def estimate_netlist(nl: Netlist, spatial_epochs: bool = False,
 
 def _epoch_summary(e: int, ests: list[tuple[NetOp, OpEstimate]], nl: Netlist,
                    total_cores: int) -> dict[str, Any]:
+    """An epoch's pipeline, rate and ``balancer_util``: PyBuda's *balancer* util, the ops'
+    op-model cycles weighted by their cores over the pipeline (the slowest op's limiter
+    cycles) and the cores, a percent with one decimal. It has no math utilization in it (a
+    measured run's ``math_util`` has: each op's measured bw_util), so the two are named
+    apart; a measured run's ``balancer_util`` is this rule on op_perf.csv's cycles."""
     modelled = [(op, est) for op, est in ests if est.limiter_cycles is not None]
     if not modelled:
         return {"epoch": e, "slowest_op": None, "pipeline_cycles": 0, "inputs_per_second": None,
-                "util": None, "matmul_cores": 0, "ops": len(ests), "unmodelled": len(ests)}
+                "balancer_util": None, "matmul_cores": 0, "ops": len(ests),
+                "unmodelled": len(ests)}
     op, est = max(modelled, key=lambda x: x[1].limiter_cycles)
     pipeline = est.limiter_cycles
     rate = int(nl.clock_hz / pipeline) or int(100 * nl.clock_hz / pipeline) / 100
@@ -72,7 +78,7 @@ def _epoch_summary(e: int, ests: list[tuple[NetOp, OpEstimate]], nl: Netlist,
     # the slowest op's limiter and pipe problem are its row's: analyze.sources.pybuda.epoch_limiters
     return {"epoch": e, "slowest_op": op.name,
             "pipeline_cycles": pipeline, "inputs_per_second": rate,
-            "util": int(1000 * util) / 10,
+            "balancer_util": int(1000 * util) / 10,
             "matmul_cores": sum(o.cores for o, _ in ests if o.type == "matmul"),
             "ops": len(ests), "unmodelled": len(ests) - len(modelled)}
 

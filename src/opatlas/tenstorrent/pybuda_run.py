@@ -30,6 +30,9 @@ MAX_PIPES = 8
 PERF_NUMBERS = (*PERF_COLUMNS[2:], *(f"input_pipe_bw_{i}" for i in range(MAX_PIPES)),
                 *(f"required_input_bw_{i}" for i in range(MAX_PIPES)))
 PERF_TIMES = ("kernel_total_runtime", "bw_bound_total_runtime")
+# math utilizations, percents: anything outside 0..100 is no utilization (said, by cell)
+PERF_UTILS = ("kernel_math_utilization", "bw_bound_math_utilization")
+SHOWN_CELLS = 5  # the bad cells a note names before "..."
 
 
 def as_float(value: Any, default: float = 0.0) -> float:
@@ -95,10 +98,14 @@ def has_perf_results(folder: Path) -> bool:
     return (folder / "perf_results" / "analyzer_results").is_dir()
 
 
-def _read_csv(path: Path, required: tuple[str, ...], what: str
+def _read_csv(path: Path, required: tuple[str, ...], what: str, whole_rows: bool = False
               ) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) pairs, rows keyed by stripped column names (op_perf.csv's header has
-    leading spaces); the line is the file's, blank lines counted, for the errors."""
+    leading spaces); the line is the file's, blank lines counted, for the errors. A row short
+    of a ``required`` column (a file cut short) is refused by file and line; with
+    ``whole_rows`` so is any row with fewer fields than the header, or more that are not blank
+    (the backend's report writes every column of every row: a short one was cut, and its
+    missing cells must not read as N/A, i.e. 0)."""
     with open(path, newline="") as fh:
         reader = csv.reader(fh)
         header = [h.strip() for h in next(reader, [])]
@@ -106,17 +113,36 @@ def _read_csv(path: Path, required: tuple[str, ...], what: str
         if missing:
             raise OpatlasError(f"{path} is not a {what}: its header lacks the column(s) "
                                f"{', '.join(missing)} (found: {', '.join(header) or 'nothing'})")
-        return [(reader.line_num, dict(zip(header, row, strict=False))) for row in reader if row]
+        need = max(header.index(c) for c in required) + 1
+        out = []
+        for row in reader:
+            if not row:
+                continue
+            n = reader.line_num
+            if len(row) < (len(header) if whole_rows else need):
+                raise OpatlasError(
+                    f"{path} line {n}: {len(row)} field(s) where the header has "
+                    f"{len(header)} (the row ends at {header[len(row) - 1]!r}): the file is "
+                    f"cut short or the row damaged; its missing cells are not read as N/A")
+            if whole_rows and any(c.strip() for c in row[len(header):]):
+                raise OpatlasError(
+                    f"{path} line {n}: {len(row)} fields where the header has {len(header)}: "
+                    f"its cells do not line up with the header's columns")
+            out.append((n, dict(zip(header, row, strict=False))))
+        return out
 
 
 def load_graph_perf(path: Path) -> list[dict[str, Any]]:
-    """The report's rows, numeric cells parsed (a bad one refused by file, line and column)
-    and the per-input times divided out of the totals."""
-    rows = _read_csv(path, PERF_COLUMNS, "backend perf analyzer report (graph_perf_report.csv)")
+    """The report's rows, numeric cells parsed (a bad one refused by file, line and column; a
+    short row by file and line) and the per-input times divided out of the totals; each row
+    keeps its ``line`` for the notes (:func:`utilization_notes`)."""
+    rows = _read_csv(path, PERF_COLUMNS, "backend perf analyzer report (graph_perf_report.csv)",
+                     whole_rows=True)
     out = []
     for n, cells in rows:
+        # N/A and blank cells read as 0, as the analyzer reads them; a short row was refused
         row: dict[str, Any] = {**cells, **{c: cell_number(path, n, c, cells.get(c))
-                                           for c in PERF_NUMBERS}}  # a short row: 0, as N/A
+                                           for c in PERF_NUMBERS}, "line": n}
         for col in PERF_TIMES:
             if row[col] < 0:
                 raise OpatlasError(f"{path} line {n}, column {col}: {cells.get(col)!r} is "
@@ -127,6 +153,20 @@ def load_graph_perf(path: Path) -> list[dict[str, Any]]:
         row["bw_bound_single_runtime"] = int(row["bw_bound_total_runtime"] / inputs)
         out.append(row)
     return out
+
+
+def utilization_notes(path: Path, rows: list[dict[str, Any]]) -> list[str]:
+    """The math utilizations (percents) outside 0..100 in a report's rows, named by file,
+    line, op, column and value: none is a utilization, and the views would show them as
+    they stand (480.0 %). A note, which --strict refuses."""
+    bad = [f"line {r['line']}, op {r['op_name']}, {c} {r[c]:g}"
+           for r in rows for c in PERF_UTILS if not 0 <= r[c] <= 100]
+    if not bad:
+        return []
+    shown = "; ".join(bad[:SHOWN_CELLS]) + (" ..." if len(bad) > SHOWN_CELLS else "")
+    return [f"{path}: {len(bad)} math utilization(s) outside 0-100 % ({shown}): no op runs "
+            f"its math above 100 % or below 0, so the report is damaged or not the backend's; "
+            f"shown as they stand"]
 
 
 def _input_count(path: Path, line: int, span: str) -> int:
@@ -168,6 +208,9 @@ class PerfRun:
     model_summary: dict[str, Any]
     has_estimates: bool
     files: dict[str, str] = field(default_factory=dict)
+    # what the run's files leave in doubt (a netlist op without a measured row, a utilization
+    # out of range): said as notes, refused under --strict
+    notes: list[str] = field(default_factory=list)
 
 
 def epoch_key(op: NetOp, spatial: bool) -> int:
@@ -178,6 +221,8 @@ def load_run(netlist_path: Path, folder: Path, spatial_epochs: bool = False) -> 
     nl = load_netlist(netlist_path)
     files: dict[str, str] = {"netlist": str(netlist_path)}
     perf: list[list[dict[str, Any]]] = []
+    notes: list[str] = []
+    paths: list[Path] = []
     for e, g in enumerate(nl.graphs):
         p = graph_perf_path(folder, g, e, nl.temporal[e])
         if p is None:
@@ -188,6 +233,8 @@ def load_run(netlist_path: Path, folder: Path, spatial_epochs: bool = False) -> 
                 f"for graph {g} (looked in {', '.join(looked)}). Run with "
                 f"TT_BACKEND_PERF_ANALYZER=1, or analyse the netlist alone.")
         perf.append(load_graph_perf(p))
+        paths.append(p)
+        notes += utilization_notes(p, perf[-1])
     estimated: dict[str, dict[str, Any]] = {}
     scores: dict[str, float] = {}
     for name, loader in (("op_perf.csv", load_op_perf), ("balancer_score.csv",
@@ -200,13 +247,35 @@ def load_run(netlist_path: Path, folder: Path, spatial_epochs: bool = False) -> 
             else:
                 scores = loader(p)
     epochs = _merge(nl, perf, estimated, spatial_epochs)
+    notes = [*unmeasured_notes(nl, perf, paths, spatial_epochs), *notes]
     for ops in epochs:
         _process(ops)
     summaries = [summarize_epoch(i, ops, scores, nl, spatial_epochs, bool(estimated))
                  for i, ops in enumerate(epochs)]
     model = summarize_model(summaries, scores, nl, bool(estimated))
     ordered = [sorted(ops.values(), key=lambda o: -o["bw_kernel_cycles"]) for ops in epochs]
-    return PerfRun(nl, folder, spatial_epochs, ordered, summaries, model, bool(estimated), files)
+    return PerfRun(nl, folder, spatial_epochs, ordered, summaries, model, bool(estimated), files,
+                   notes)
+
+
+def unmeasured_notes(nl: Netlist, perf: list[list[dict[str, Any]]], paths: list[Path],
+                     spatial: bool) -> list[str]:
+    """The netlist ops that their graph's perf report has no row for, by graph: the report is
+    cut short or comes from another compile. Their epoch's figures leave them out (an epoch's
+    time is its slowest *measured* op's), so they are said, never absorbed."""
+    notes = []
+    for e, rows in enumerate(perf):
+        g = nl.graphs[e]
+        measured = {r["op_name"] for r in rows}
+        lost = [name for name in nl.ops[g] if name not in measured]
+        if not lost:
+            continue
+        shown = ", ".join(lost[:SHOWN_CELLS]) + (" ..." if len(lost) > SHOWN_CELLS else "")
+        epoch = e if spatial else nl.temporal[e]
+        notes.append(f"{len(lost)} op(s) of graph {g} in {nl.path} have no row in its perf "
+                     f"report {paths[e]} ({shown}): the report is cut short or from another "
+                     f"run; epoch {epoch}'s time, slowest op and util leave them out")
+    return notes
 
 
 def _merge(nl: Netlist, perf: list[list[dict[str, Any]]], estimated: dict[str, dict[str, Any]],
@@ -288,6 +357,8 @@ def summarize_epoch(epoch: int, ops: dict[str, dict[str, Any]], scores: dict[str
     rate: float | None = None
     if pipeline > 0:
         rate = int(clock / pipeline) or int(100 * clock / pipeline) / 100
+    # PyBuda's analyzer's epoch util: a *math* utilization (each op's bw_util, weighted by its
+    # cores and its bw_kernel cycles), not the balancer's (estimated cycles over the pipeline)
     util = sum(r["op"].cores * r["bw_util"] * r["bw_kernel_cycles"] for r in recs)
     util = trunc(util / pipeline / total_cores, 1) if pipeline > 0 else 0.0
     bal: float | None = None
@@ -305,7 +376,7 @@ def summarize_epoch(epoch: int, ops: dict[str, dict[str, Any]], scores: dict[str
     return {
         "epoch": epoch, "slowest_op": slowest["name"],
         "pipeline_cycles": pipeline,
-        "inputs_per_second": rate, "util": util,
+        "inputs_per_second": rate, "math_util": util,
         "matmul_cores": sum(r["op"].cores for r in recs if r["op"].type == "matmul"),
         "balancer_util": bal,
         **{f"{k}_bw_gbs": trunc(gb_per_s(clock, v), 1) for k, v in bw.items()},
@@ -335,7 +406,8 @@ def summarize_model(epochs: list[dict[str, Any]], scores: dict[str, float], nl: 
 
     return {
         "overall_speed": int(nl.clock_hz / cycles),
-        "overall_util": trunc(sum(e["util"] * e["pipeline_cycles"] for e in epochs) / cycles, 2),
+        "overall_util": trunc(sum(e["math_util"] * e["pipeline_cycles"] for e in epochs)
+                              / cycles, 2),
         "balancer_solution_score": scores.get("total"),  # None without balancer_score.csv
         "kernel_estimation_error": err("sum_estimated_kernel_err", kernel),
         "kernel_bw_estimation_error": err("sum_estimated_lim_err", kernel_bw),

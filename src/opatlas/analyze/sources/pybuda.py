@@ -54,7 +54,7 @@ def read(path: Path, options: ReadOptions) -> Analysis:
     assert netlist is not None and folder is not None
     spatial = bool(extra.get("spatial_epochs", False))
     if has_perf_results(folder):
-        return measured_analysis(netlist, folder, spatial)
+        return measured_analysis(netlist, folder, spatial, strict=options.strict)
     missing = (f"{folder} has no perf_results/analyzer_results (the backend perf analyzer's "
                f"output)")
     if options.strict:
@@ -62,7 +62,7 @@ def read(path: Path, options: ReadOptions) -> Analysis:
                            f"the netlist's own estimate instead (give --dir a run folder with "
                            f"perf_results/, or leave out --strict)")
     msg = f"{missing}: showing the netlist's own estimate (op model and bandwidth limits)"
-    a = estimate_analysis(netlist, spatial)
+    a = estimate_analysis(netlist, spatial, strict=options.strict)
     a.summary["notes"] = [msg, *a.summary["notes"]]  # the CLI says notes on stderr
     return a
 
@@ -155,10 +155,11 @@ def _measured_row(rec: dict[str, Any], nl: Any, n_in: int, traffic: Any) -> dict
     op, clock = rec["op"], nl.clock_hz
     flags = [f for f in [_mukt_flag(op)] if f]
     theoretical = theoretical_cycles(op, nl.arch)
+    floor = theoretical / clock if theoretical else None
     row = {**_common(op, rec["epoch"], traffic),
            "time_s": rec["bw_kernel_cycles"] / clock,
            "theoretical_cycles": theoretical,
-           "bound_time_s": bound_s(theoretical / clock if theoretical else None, traffic),
+           "bound_time_s": bound_s(floor, traffic),
            "limiter": _limiter(rec["bw_problem"], op),
            "estimated_cycles": rec["estimated_cycles"], "kernel_cycles": rec["kernel_cycles"],
            "util": rec["util"] / 100, "estimated_lim_cycles": rec["estimated_lim_cycles"],
@@ -176,12 +177,13 @@ def _measured_row(rec: dict[str, Any], nl: Any, n_in: int, traffic: Any) -> dict
         if b and b["actual"] < b["required"]:
             flags.append(f"in{i} below required")
     row["flags"] = ", ".join(flags)
-    return _rates(row, "measured")
+    return _rates(row, "measured", floor)
 
 
-def _rates(row: dict[str, Any], what: str) -> dict[str, Any]:
+def _rates(row: dict[str, Any], what: str, floor: float | None) -> dict[str, Any]:
     """FLOP/s and headroom; a time under the bound (the data contradicts the bound) is
-    flagged, never shown as if it were fine."""
+    flagged, never shown as if it were fine. ``floor``: the compute term of the bound (s),
+    None where the op has none: the limiter names the term that is there."""
     t, b = row["time_s"], row["bound_time_s"]
     row["achieved_flops_s"] = row["flops"] / t if t and row["flops"] else None
     row["achieved_bytes_s"] = row["bytes"] / t if t and row["bytes"] else None
@@ -189,25 +191,28 @@ def _rates(row: dict[str, Any], what: str) -> dict[str, Any]:
     if row["headroom"] is not None and row["headroom"] < 1 - 1e-9:
         flag = f"{BELOW_BOUND}: {what} time is {row['headroom']:.2f}x the bound"
         row["flags"] = ", ".join(f for f in (row.get("flags"), flag) if f)
-    row["limiter"] = kernel_verdict(row["limiter"], b, row["headroom"])
+    row["limiter"] = kernel_verdict(row["limiter"], b, row["headroom"], floor)
     return row
 
 
-def kernel_verdict(limiter: str, bound: float | None, headroom: float | None) -> str:
-    """The limiter in the other sources' words. "compute" (no pipe below what the op needs:
-    the kernel itself is the limit) stands only where a bound backs it: without one it is
-    "unknown" (an element-wise op has no FLOP count, hence no compute bound), and more than
-    OVERHEAD_HEADROOM times over its bound it is "overhead", as elsewhere. A pipe's verdict
-    (memory, communication) is the analyzer's or the op model's measured or modelled pipe
-    and stands: the NoC is in no bound, and a DRAM pipe runs at the balancer's share of the
-    chip's bandwidth, not at the peak the bound assumes."""
+def kernel_verdict(limiter: str, bound: float | None, headroom: float | None,
+                   floor: float | None = None) -> str:
+    """The limiter in the other sources' words (analyze.why.explain's rule). Where no pipe is
+    below what the op needs (``limiter`` "compute": the kernel itself is the limit), the
+    verdict is the bound's: "compute" only where the compute floor (``floor``, s: a dense
+    matmul's math-bound time) is the bound's larger term, "memory" where the DRAM traffic is
+    (an element-wise op has no FLOP count, hence no compute floor: its only bound is its DRAM
+    bytes), "unknown" without a bound, and "overhead" more than OVERHEAD_HEADROOM times over
+    it. A pipe's verdict (memory, communication) is the analyzer's or the op model's
+    measured or modelled pipe and stands: the NoC is in no bound, and a DRAM pipe runs at
+    the balancer's share of the chip's bandwidth, not at the peak the bound assumes."""
     if limiter != "compute":
         return limiter
     if not bound:
         return "unknown"
     if headroom is not None and headroom > OVERHEAD_HEADROOM:
         return "overhead"
-    return limiter
+    return "compute" if floor and floor >= bound * (1 - 1e-9) else "memory"
 
 
 def below_bound_note(rows: pd.DataFrame, what: str, arch: str) -> list[str]:
@@ -275,10 +280,11 @@ THEORETICAL_COLUMN = Column(
     help="matmul: t·m_k·mblock·u_kt·ublock tile products x the fidelity's phases x cycles per "
          "tile and phase (Wormhole 16, Grayskull 32): the math bound")
 BOUND_HELP = "max(matmul: the theoretical (math-bound) cycles, DRAM bytes / DRAM peak)"
-LIMITER_HELP = ("memory: a DRAM (or PCIe output) pipe below what the op needs; communication: "
-                "a NoC pipe from an op of its epoch; compute: no pipe short, the kernel itself "
-                f"is the limit; overhead: that, but over {OVERHEAD_HEADROOM:g}x its bound; "
-                "unknown: that, with no bound")
+LIMITER_HELP = ("memory: a DRAM (or PCIe output) pipe below what the op needs, or no pipe "
+                "short and its DRAM traffic the bound's larger term; communication: a NoC pipe "
+                "from an op of its epoch; compute: no pipe short and the matmul's math floor "
+                f"the bound's larger term; overhead: no pipe short, over {OVERHEAD_HEADROOM:g}x "
+                "its bound; unknown: no pipe short and no bound")
 
 
 def _common_cols(time_role: str, bound_help: str) -> list[Column]:
@@ -304,11 +310,16 @@ def _common_cols(time_role: str, bound_help: str) -> list[Column]:
             Column(key="gemm", label="gemm [t, M, K, N]", role="shape")]
 
 
-def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Analysis:
+def measured_analysis(netlist: Path, folder: Path, spatial: bool = False,
+                      strict: bool = False) -> Analysis:
+    """A run folder's analysis; ``strict``: what would only be a note of doubt (an op without
+    a measured row, a utilization out of range, an assumed fidelity) is refused instead."""
     from opatlas.tenstorrent.pybuda_estimate import epochs_of, reblocking
     from opatlas.tenstorrent.pybuda_run import load_run
 
     run = load_run(netlist, folder, spatial)
+    doubts = [*run.notes, *_unstated_fidelity_note(run.netlist, measured=True)]
+    _refuse(doubts, strict)
     clock = run.netlist.clock_hz
     n_in = min(8, max(len(r["input_bws"]) for ops in run.epochs for r in ops))
     epochs = epochs_of(run.netlist, spatial)
@@ -320,24 +331,27 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
                          for ops in run.epochs for r in ops])
     ms = run.model_summary
     epoch_summary = epoch_limiters(run.epoch_summary, rows)
+    # the kernel estimation error is said once, as the views' estimation error: a fraction,
+    # labelled absolute (Σ|est - kernel| / Σ kernel has no sign); PyBuda's percent copy of it
+    # (kernel_estimation_error) would be a second card of the same figure
     summary = {**_summary_head(run.netlist, spatial), "mode": "measured",
                "title": f"PyBuda run {folder}", "throughput": ms["overall_speed"],
                "utilization": ms["overall_util"] / 100,
-               "utilization_label": "approx. utilization",
+               "utilization_label": "approx. math utilization",
                "estimation_error": (None if ms["kernel_estimation_error"] is None
                                     else ms["kernel_estimation_error"] / 100),
-               "estimation_error_label": "kernel estimate error",
-               **run.model_summary,
+               "estimation_error_label": KERNEL_ERROR_LABEL,
+               **{k: v for k, v in ms.items() if k != "kernel_estimation_error"},
                "time_per_input_s": run.model_summary["pipeline_cycles"] / clock,
-               **_epoch_times(epoch_summary, clock),
+               **_epoch_times(epoch_summary, clock, "math_util"),
+               "group_util_label": list(GROUP_UTIL["math_util"]),
                "epoch_summary": epoch_summary, "files": run.files,
                "reblocking": [e for e in edges if e["reblock"]],
                "reblocking_edges": sum(1 for e in edges if e["reblock"]),
                "slowest_op_rule": "largest bw_bound_single_runtime (PyBuda's analyzer keys "
                                   "max() on a display name and takes the first op)",
                "percent_keys": MEASURED_PERCENTS,
-               "notes": [*_missing_files_note(run.files, folder),
-                         *_unstated_fidelity_note(run.netlist, measured=True),
+               "notes": [*doubts, *_missing_files_note(run.files, folder),
                          *below_bound_note(rows, "measured", run.netlist.arch)]}
     return Analysis(Source(kind=KIND, path=str(folder)), summary, rows,
                     _cols_measured(run.has_estimates, n_in), group_label="epoch")
@@ -346,9 +360,30 @@ def measured_analysis(netlist: Path, folder: Path, spatial: bool = False) -> Ana
 # PyBuda's own figures, kept as its perf analyzer prints them: percents (2.22 is 2.22 %),
 # where the views' ratios (utilization, estimation_error, group_util) are fractions;
 # ``percent_keys`` names them ("table.column" for a summary table's column) for every view
-MEASURED_PERCENTS = ["overall_util", "kernel_estimation_error", "kernel_bw_estimation_error",
-                     "epoch_summary.util", "epoch_summary.balancer_util"]
-ESTIMATE_PERCENTS = ["epoch_summary.util"]
+MEASURED_PERCENTS = ["overall_util", "kernel_bw_estimation_error", "epoch_summary.math_util",
+                     "epoch_summary.balancer_util"]
+ESTIMATE_PERCENTS = ["epoch_summary.balancer_util"]
+KERNEL_ERROR_LABEL = "mean |kernel estimate error|"  # Σ|est - kernel| / Σ kernel: no sign
+# an epoch's util, by mode: (label, what it is), the summary's ``group_util_label``. The two
+# are different figures and never carry the same name: a measured run's is a math utilization,
+# the netlist alone's the balancer's core-weighted share of the pipeline (no math in it)
+GROUP_UTIL = {
+    "math_util": ("math util", "PyBuda's perf analyzer's epoch util: each op's measured "
+                               "bw_util weighted by its cores and bw_kernel cycles, over the "
+                               "pipeline cycles and the cores"),
+    "balancer_util": ("balancer util", "PyBuda's balancer util: each op's op-model cycles "
+                                       "weighted by its cores, over the pipeline (the slowest "
+                                       "op's limiter cycles) and the cores; a busy share, "
+                                       "with no math utilization in it"),
+}
+
+
+def _refuse(doubts: list[str], strict: bool) -> None:
+    """Under --strict, the first note of doubt is an error (how many more there are said)."""
+    if strict and doubts:
+        more = f" (and {len(doubts) - 1} more such note(s))" if len(doubts) > 1 else ""
+        raise OpatlasError(f"{doubts[0]}{more}; --strict refuses what it would otherwise "
+                           f"only note (leave out --strict to analyse it as a note)")
 
 
 def _missing_files_note(files: dict[str, str], folder: Path) -> list[str]:
@@ -380,14 +415,15 @@ def _max_fan_in(edges: list[dict[str, Any]]) -> dict[str, int]:
     return fan
 
 
-def _epoch_times(epochs: list[dict[str, Any]], clock: float) -> dict[str, Any]:
+def _epoch_times(epochs: list[dict[str, Any]], clock: float, util: str) -> dict[str, Any]:
     """An epoch's ops run at once, as a pipeline: per input it takes its slowest op's
     cycles, and the model the sum of its epochs'. The total, each epoch's time and its
-    utilization (PyBuda's: core-weighted busy share of the pipeline) as the views take them."""
+    utilization (PyBuda's, the epoch summary's column ``util`` names: a measured run's
+    math_util, the netlist alone's balancer_util, :data:`GROUP_UTIL`) as the views take them."""
     return {"total_time_s": sum(e["pipeline_cycles"] for e in epochs) / clock,
             "total_time_label": "time per input (each epoch's slowest op, summed)",
             "group_times_s": {str(e["epoch"]): e["pipeline_cycles"] / clock for e in epochs},
-            "group_util": {str(e["epoch"]): (None if e.get("util") is None else e["util"] / 100)
+            "group_util": {str(e["epoch"]): (None if e.get(util) is None else e[util] / 100)
                            for e in epochs}}
 
 
@@ -433,12 +469,24 @@ def _peak_compute(nl: Any) -> dict[str, Any]:
 
 
 def _unstated_fidelity_note(nl: Any, measured: bool = False) -> list[str]:
-    n = sum(1 for op in nl.all_ops() if op.is_dense_matmul and op.math_fidelity is None)
-    if not n:
+    """The dense matmuls that state no math_fidelity, named, and what each figure assumes
+    for them: the bound and the compute peak LoFi in both modes (the FPU's fastest: a bound
+    that holds whatever fidelity the op ran at); the netlist alone's op model (est) HiFi4, the
+    slowest, which a measured run has no use for (its est is PyBuda's op_perf.csv). A note of
+    doubt: --strict refuses it (:func:`_refuse`)."""
+    from opatlas.tenstorrent.opmodel import BOUND_FIDELITY, MODEL_FIDELITY
+
+    names = [op.name for op in nl.all_ops() if op.is_dense_matmul and op.math_fidelity is None]
+    if not names:
         return []
-    model = "" if measured else ", and their op model HiFi4"
-    return [f"{n} matmul(s) of {nl.path} state no math_fidelity: their theoretical cycles "
-            f"(the bound) take LoFi, the FPU's fastest{model}"]
+    shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+    model = ("" if measured else
+             f"; their op-model estimate (est, est_lim) takes {MODEL_FIDELITY}, the slowest: "
+             f"an estimate assumes the most phases, a bound the fewest, so the two differ on "
+             f"purpose")
+    return [f"{len(names)} matmul(s) of {nl.path} state no math_fidelity ({shown}): their "
+            f"theoretical cycles (the bound) and the compute peak take {BOUND_FIDELITY}, the "
+            f"FPU's fastest, a bound whatever fidelity they ran at{model}"]
 
 
 def _summary_head(nl: Any, spatial: bool) -> dict[str, Any]:
@@ -468,7 +516,7 @@ def _estimate_row(op: Any, est: Any, epoch: int, clock: float, fan_in: int | Non
             "limiter": limiter, "estimated_cycles": est.cycles,
             "theoretical_cycles": est.theoretical, "estimated_lim_cycles": lim,
             "bw_problem": "" if kind in ("compute", "unknown") else kind, "max_fan_in": fan_in,
-            "op_model": est.model, "util_compute": None, "flags": ""}, "estimated")
+            "op_model": est.model, "util_compute": None, "flags": ""}, "estimated", theoretical)
 
 
 def _cols_estimate() -> list[Column]:
@@ -492,12 +540,15 @@ def _cols_estimate() -> list[Column]:
             *_common_cols("estimated", BOUND_HELP)]
 
 
-def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
+def estimate_analysis(netlist: Path, spatial: bool = False, strict: bool = False) -> Analysis:
+    """The netlist alone's analysis; ``strict``: an assumed fidelity is refused, not noted."""
     from opatlas.tenstorrent.netlist import load_netlist
     from opatlas.tenstorrent.opmodel import matmul_check
     from opatlas.tenstorrent.pybuda_estimate import epochs_of, estimate_netlist
 
     nl = load_netlist(netlist)
+    doubts = _unstated_fidelity_note(nl)
+    _refuse(doubts, strict)
     result = estimate_netlist(nl, spatial)
     fan = _max_fan_in(result.reblocking)
     epochs = epochs_of(nl, spatial)
@@ -516,14 +567,15 @@ def estimate_analysis(netlist: Path, spatial: bool = False) -> Analysis:
         notes.append(f"{count} op(s) of type {', '.join(defaulted)} have no fitted op model: "
                      f"estimated with the nop parameters (the backend's default path), see "
                      f"the op model column")
-    notes += [*_unstated_fidelity_note(nl), *below_bound_note(rows, "estimated", nl.arch)]
+    notes = [*doubts, *notes, *below_bound_note(rows, "estimated", nl.arch)]
     epoch_summary = epoch_limiters(result.epoch_summary, rows)
     summary = {**_summary_head(nl, spatial), "mode": "estimate",
                "title": f"PyBuda netlist {netlist.name} (estimate)",
                "throughput": result.model_summary["overall_speed"],
                **result.model_summary,
                "time_per_input_s": result.model_summary["pipeline_cycles"] / nl.clock_hz,
-               **_epoch_times(epoch_summary, nl.clock_hz),
+               **_epoch_times(epoch_summary, nl.clock_hz, "balancer_util"),
+               "group_util_label": list(GROUP_UTIL["balancer_util"]),
                "epoch_summary": epoch_summary,
                "reblocking": [e for e in result.reblocking if e["reblock"]],
                "edges": len(result.reblocking),
