@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from conftest import cli_in_process, one_error
+from opatlas.analyze.html import render as render_html
 from opatlas.analyze.sources import ReadOptions, read
 from opatlas.analyze.sources.pybuda import estimate_analysis, kernel_verdict, measured_analysis
-from opatlas.analyze.tables import detail_tables, summary_items
+from opatlas.analyze.tables import detail_tables, group_util_label, summary_items
 from opatlas.errors import OpatlasError
 from opatlas.tenstorrent.pybuda_run import load_graph_perf
 from test_analyze_pybuda import make_run
@@ -192,6 +193,10 @@ def test_measured_and_estimated_epoch_utils_carry_different_names(tmp_path):
     assert not any("group util" in label for label, _, _ in summary_items(measured))
     labels = [label for label, _, _ in summary_items(measured)]
     assert "approx. math utilization" in labels
+    # the group table (terminal and HTML) heads the column with the mode's own name
+    assert group_util_label(measured)[0] == "math util"
+    assert group_util_label(estimated)[0] == "balancer util"
+    assert "<b>balancer util</b>" in render_html(estimated)
 
 
 # ---------------------------------------------------------------- 11. an assumed fidelity

@@ -136,7 +136,11 @@ GROUP_UTIL_LABELS = {
 
 def group_util_label(analysis: Analysis) -> tuple[str, str] | None:
     """(label, what it means) of the per-group util, where the source says how it is made
-    and does not state its own (``group_util``)."""
+    and does not state its own (``group_util``); the source's own words where it gives them
+    (``group_util_label``: PyBuda's per-epoch math or balancer util)."""
+    said = analysis.summary.get("group_util_label")
+    if isinstance(said, list | tuple) and len(said) == 2:
+        return str(said[0]), str(said[1])
     if analysis.summary.get("group_util"):
         return None
     return GROUP_UTIL_LABELS.get(analysis.source.kind)
@@ -189,7 +193,8 @@ def time_breakdown(analysis: Analysis) -> list[tuple[str, float]]:
     return sorted(((k, v) for k, v in by.items() if v > 0), key=lambda kv: -kv[1])
 
 
-DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util", "percent_keys",
+DETAIL_SKIP = {"timeline", "notes", "group_times_s", "group_util", "group_util_label",
+               "percent_keys",
                "peak_flops_by_dtype"}  # the peaks card and the roofs show it
 MAX_DETAIL_ROWS = 500
 
@@ -271,7 +276,8 @@ def _group_util(stated: Any, sub: pd.DataFrame, summed: float) -> float:
 
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
                 "estimation_error_label", "word_bytes", "stage", "total_time_s",
-                "total_time_label", "group_times_s", "group_util", "percent_keys"}
+                "total_time_label", "group_times_s", "group_util", "group_util_label",
+                "percent_keys"}
 
 # readable labels (with the unit where the value shows none) of the sources' summary keys
 SUMMARY_LABELS = {
