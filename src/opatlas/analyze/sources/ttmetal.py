@@ -166,11 +166,15 @@ def _sim_estimate(tpr: Any, rep: Any, raw: dict[str, Any]) -> tuple[float | None
     """(the calibrated Wormhole reshard simulator's time, "wormhole-sim") for a reshard-family
     row it models, (None, why it is not comparable) for the others of that family, and
     (None, None) for every other op. A prediction, not a lower bound: the row's bound is its
-    DRAM traffic, as any other op's."""
+    DRAM traffic, as any other op's. The simulator is calibrated on Wormhole: a profile of
+    another chip gets no prediction from it, and the row says why."""
     from opatlas.tenstorrent import ttmetal as tm
 
     if str(raw["OP CODE"]) not in tm.RESHARD_OPS:
         return None, None
+    if not str(rep.arch).lower().startswith("wormhole"):
+        return None, (f"not comparable: the simulator is calibrated on Wormhole, this profile "
+                      f"is {rep.arch}'s")
     return tm.reshard_bound(raw, rep.csv_format, tpr)
 
 
