@@ -17,6 +17,7 @@ folder before it looks at what is still to do.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
@@ -31,6 +32,7 @@ import numpy as np
 
 from opatlas.console import counted
 from opatlas.errors import OpatlasError
+from opatlas.pool import usable_cores
 from opatlas.run.plan import RESUMABLE, SweepPlan
 from opatlas.run.runner import NodeStats, RunConfig, Runner, RunSummary, prepare_run
 from opatlas.spec import SweepSpec
@@ -108,6 +110,13 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     config = config or RunConfig()
     sconfig = sconfig or SubmititConfig()
     folder = sconfig.folder.resolve()
+    made = not folder.exists()
+    try:  # a refused option leaves no folder behind
+        executor = _executor(submitit, sconfig, folder)
+    except OpatlasError:
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     summary = RunSummary()
@@ -116,8 +125,14 @@ def run_spec_submitit(spec: SweepSpec, store: Store, config: RunConfig | None = 
     plan = prepare_run(spec, store, config, where=where, split=n)
     earlier = {d: plan.work(store, config.backend, d, config.retry_failed).failed
                for d in _devices(store, config.backend)}  # before the tasks add theirs
+    if (device := _all_done_here(executor, store, config, plan)) is not None:
+        _say(f"the store holds every vector of this sweep for {config.backend} on {device} "
+             f"(the tasks' device: they run on this machine); nothing to submit")
+        summary.total = summary.skipped = plan.valid
+        summary.failed_earlier.update(earlier.get(device, {}))
+        summary.elapsed_s = time.monotonic() - t0
+        return summary
     _write_done(store, config, folder, plan.passes)
-    executor = _executor(submitit, sconfig, folder)
     parts = parts_to_submit(plan.part_sizes, where)
     jobs = executor.map_array(run_part, [spec] * len(parts), [config] * len(parts),
                               [n] * len(parts), parts, [where] * len(parts),
@@ -196,43 +211,121 @@ def _executor(submitit: Any, sconfig: SubmititConfig, folder: Path) -> Any:
     if sconfig.cluster is not None and sconfig.cluster not in CLUSTERS:
         raise OpatlasError(f"--submitit-cluster {sconfig.cluster!r}: expected one of "
                            f"{', '.join(CLUSTERS)}")
-    executor = submitit.AutoExecutor(folder=folder / "logs", cluster=sconfig.cluster)
+    if sconfig.cluster == "slurm" and shutil.which("srun") is None:
+        raise OpatlasError("--submitit-cluster 'slurm': no SLURM here (no srun on PATH); "
+                           "--submitit-cluster local runs the tasks on this machine")
+    try:
+        executor = submitit.AutoExecutor(folder=folder / "logs", cluster=sconfig.cluster)
+    except (RuntimeError, ValueError) as exc:  # e.g. SLURM's commands fail
+        raise OpatlasError(f"--submitit-cluster {sconfig.cluster!r}: "
+                           f"{_one_line(exc)}") from None
+    try:  # submitit asserts the types of its parameters
+        executor.update_parameters(**sconfig.parameters)
+    except (TypeError, ValueError, NameError, AssertionError) as exc:
+        raise OpatlasError(f"--submitit-opt: {_one_line(exc)}") from None
     if sconfig.cluster is None and executor.cluster != "slurm":
         why = "no srun on PATH" if shutil.which("srun") is None else "submitit found none"
-        _say(f"no SLURM here ({why}): the tasks run as processes on this machine "
-             f"(submitit's {executor.cluster} cluster); --submitit-cluster local says so, "
-             f"--submitit-cluster slurm requires SLURM")
-    try:
-        executor.update_parameters(**sconfig.parameters)
-    except (TypeError, ValueError, NameError) as exc:
-        raise OpatlasError(f"--submitit-opt: {exc}") from None
+        _say(f"warning: no SLURM here ({why}): the {counted(sconfig.jobs, 'task')} run at "
+             f"once as processes on this machine (submitit's {executor.cluster} cluster), "
+             f"sharing its {counted(usable_cores(), 'CPU core')}"
+             + (": CPU timings then contend for its cores (--jobs 1 does not)"
+                if sconfig.jobs > 1 else "")
+             + "; --submitit-cluster local says so, --submitit-cluster slurm requires SLURM")
     return executor
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def _all_done_here(executor: Any, store: Store, config: RunConfig, plan: SweepPlan
+                   ) -> str | None:
+    """The device the tasks run on, where the store holds every vector of ``plan`` for it:
+    known only where they run on this machine (a SLURM task's device is its node's)."""
+    if executor.cluster == "slurm" or not _devices(store, config.backend):
+        return None
+    from opatlas.backends import get_backend
+
+    try:
+        device = get_backend(config.backend, **config.backend_options).device_name()
+    except OpatlasError:  # cannot run here: the tasks say why
+        return None
+    work = plan.work(store, config.backend, device, config.retry_failed)
+    return device if work.todo == 0 else None
 
 
 def _collect(store: Store, jobs: dict[int, Any], folder: Path, summary: RunSummary,
              poll_s: float) -> None:
     """Merge each task's shard as the task ends, until all have ended (``jobs``: by part)."""
     pending = dict(jobs)
+    failures: dict[int, Failure] = {}
     while pending:
         for part, job in list(pending.items()):
             if job.done():
                 del pending[part]
-                _finish(store, job, part, folder, summary)
+                _finish(store, job, part, folder, summary, failures)
         if pending:
             time.sleep(poll_s)
-    failed = f", {len(summary.failed_tasks)} failed" if summary.failed_tasks else ""
+    reasons = {f.reason for f in failures.values()}
+    failed = (f", {len(failures)} failed" if failures else "") + \
+        (" the same way" if len(failures) > 1 and len(reasons) == 1 else "")
     _say(f"all {len(jobs)} task(s) ended{failed}; "
          f"{sum(n.vectors for n in summary.nodes.values())} vectors run")
+    if failures and len(failures) == len(jobs) and len(reasons) == 1 and not summary.ran \
+            and next(iter(failures.values())).deliberate:
+        raise OpatlasError(f"every task failed: {reasons.pop()} (nothing ran; running the "
+                           f"same command again fails the same way)")
 
 
-def _finish(store: Store, job: Any, part: int, folder: Path, summary: RunSummary) -> None:
+@dataclass(frozen=True)
+class Failure:
+    """Why a task failed: its own error's last line, the log that holds the rest, and
+    whether opatlas raised it on purpose (it fails again the same way)."""
+
+    reason: str
+    log: str
+    deliberate: bool
+
+
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+
+
+def task_failure(exc: BaseException, job: Any) -> Failure:
+    """The task's own error (the last exception line of the trace submitit carries, else of
+    its stderr log), or submitit's own message's last line."""
+    paths = getattr(job, "paths", None)
+    log = getattr(paths, "stderr", None)
+    texts = [str(exc)]
+    if log is not None and Path(log).is_file():
+        texts.append(Path(log).read_text(errors="replace"))
+    for text in texts:
+        for line in reversed(text.splitlines()):
+            if m := EXCEPTION_LINE.match(line.strip()):
+                name = m.group(1)
+                short = name.rsplit(".", 1)[-1]
+                return Failure(f"{short}: {m.group(2)}" if m.group(2) else short,
+                               str(log or ""), name.startswith("opatlas."))
+    lines = str(exc).strip().splitlines()
+    return Failure(f"{type(exc).__name__}: {lines[-1].strip() if lines else ''}",
+                   str(log or ""), False)
+
+
+def _finish(store: Store, job: Any, part: int, folder: Path, summary: RunSummary,
+            failures: dict[int, Failure] | None = None) -> None:
+    """Merge task ``part``'s results; a failure is said with its reason, once per reason
+    where ``failures`` (by part) gathers them."""
     try:
         report: PartReport = job.result()
     except Exception as exc:  # submitit re-raises the task's failure, or its scheduler's
-        text = str(exc).strip().splitlines()
-        _say(f"task {part} failed ({type(exc).__name__}: {text[-1] if text else ''}); "
-             f"recovering what it recorded")
-        _recover(store, part, folder, summary)
+        failure = task_failure(exc, job)
+        seen = failures is not None and any(f.reason == failure.reason
+                                            for f in failures.values())
+        if failures is not None:
+            failures[part] = failure
+        if not seen:
+            log = f" (log: {failure.log})" if failure.log else ""
+            _say(f"task {part} failed: {failure.reason}{log}")
+        _recover(store, part, folder, summary, quiet=seen, again=not failure.deliberate)
         return
     summary.duplicate_rows += _merge(store, *shard_paths(folder, part)).duplicates
     s = report.summary
@@ -247,8 +340,10 @@ def _finish(store: Store, job: Any, part: int, folder: Path, summary: RunSummary
     _say(f"task {part} on {report.host}: {s.ran} vectors in {s.elapsed_s:.1f} s")
 
 
-def _recover(store: Store, part: int, folder: Path, summary: RunSummary) -> None:
-    """A failed task's rows, merged and counted as run (its node: ``part-K (failed)``)."""
+def _recover(store: Store, part: int, folder: Path, summary: RunSummary, *,
+             quiet: bool = False, again: bool = True) -> None:
+    """A failed task's rows, merged and counted as run (its node: ``part-K (failed)``);
+    ``quiet``: said only where it recorded some, ``again``: a re-run may get further."""
     merged = _merge(store, *shard_paths(folder, part))
     summary.duplicate_rows += merged.duplicates
     summary.failed_tasks.append(f"task {part}")
@@ -259,9 +354,12 @@ def _recover(store: Store, part: int, folder: Path, summary: RunSummary) -> None
     node.vectors += ran
     node.failures += sum(v for k, v in merged.statuses.items() if k not in RESUMABLE)
     node.devices |= merged.devices
+    if quiet and not ran and merged.complete:
+        return
     _say(f"task {part}: {counted(ran, 'vector')} recovered"
          + ("" if merged.complete else " (its store cannot be read now: it stays for the "
-                                       "next run)") + "; run the same command again to run the rest")
+                                       "next run)")
+         + ("; run the same command again to run the rest" if again else ""))
 
 
 @dataclass
