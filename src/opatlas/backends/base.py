@@ -129,9 +129,16 @@ def check_backend_op(backend: str, op: str) -> None:
     raise OpatlasError(f"backend {backend!r} {what}{hint}")
 
 
-def get_backend(name: str, **options: Any) -> Backend:
+def check_backend_options(name: str, options: dict[str, Any]) -> type:
+    """The backend's class, once ``options`` are names it takes (checked without building it:
+    a driver that runs nothing itself can refuse a bad option before any worker starts)."""
     klass = _backend_class(name)
     _check_options(name, klass, options)
+    return klass
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    klass = check_backend_options(name, options)
     try:
         backend = klass(**options)
     except (TypeError, ValueError) as exc:

@@ -4,10 +4,13 @@ Option ``threads=N`` (``--backend-opt threads=1``) fixes PyTorch's intra-op thre
 measuring process. On a machine that other work shares, a multi-threaded kernel waits at each
 barrier for a thread the OS has descheduled, and single repeats jump to a scheduler time slice
 (milliseconds, whatever the op); one thread gives stable timings there, at the cost of measuring
-one core."""
+one core. Without it, the threads are the physical cores this process may run on (PyTorch's own
+default), set explicitly: a Ray worker, which Ray starts with ``OMP_NUM_THREADS=1``, measures as
+the local runner does. The count is always recorded in ``versions()``."""
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +31,32 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "cpu"
+
+
+@cache
+def default_threads() -> int:
+    """The physical cores among the CPUs this process may run on (PyTorch's default intra-op
+    thread count, which ``OMP_NUM_THREADS`` would override); at least one."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores: set[tuple[str, str]] = set()
+    try:
+        cpu = physical = ""
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key == "processor":
+                cpu, physical = value, ""
+            elif key == "physical id":
+                physical = value
+            elif key == "core id" and (allowed is None or int(cpu) in allowed):
+                cores.add((physical, value))
+    except (OSError, ValueError):
+        cores.clear()
+    return max(1, len(cores) or (len(allowed) if allowed else os.cpu_count() or 1))
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The variables that size the OpenMP and MKL thread pools of a process started with them."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 # the dtypes the catalog's PyTorch ops build tensors of (opatlas.ops.torchutil)
@@ -53,8 +82,8 @@ class CpuBackend(Backend):
     dtypes = TORCH_DTYPES
 
     def __init__(self, threads: int | str | None = None) -> None:
-        self.threads = None if threads in (None, "") else int(threads)
-        if self.threads is not None and self.threads < 1:
+        self.threads = default_threads() if threads in (None, "") else int(threads)
+        if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         self._pinned = False
 
@@ -62,9 +91,7 @@ class CpuBackend(Backend):
         return cpu_model_name()
 
     def versions(self) -> dict[str, str]:
-        out = {"python": platform.python_version()}
-        if self.threads is not None:
-            out["threads"] = str(self.threads)
+        out = {"python": platform.python_version(), "threads": str(self.threads)}
         try:
             from importlib.metadata import version
 
@@ -96,7 +123,7 @@ class CpuBackend(Backend):
         return timings
 
     def _pin_threads(self) -> None:
-        if self.threads is not None and not self._pinned:
+        if not self._pinned:
             import torch
 
             torch.set_num_threads(self.threads)

@@ -272,7 +272,8 @@ def _check_before_store(spec: SweepSpec, where: str | None, executor: str, backe
                         options: dict[str, str]) -> None:
     """Refuse a bad ``--where`` or backend option before the store is created or written:
     a command that fails leaves nothing behind. The backend is only built here for the
-    local executor (remote workers may have devices this machine lacks)."""
+    local executor (remote workers may have devices this machine lacks); for the others, the
+    option names are checked against the backend's class."""
     from opatlas.sweep import VectorStream
 
     stream = VectorStream(spec, where=where)
@@ -284,3 +285,7 @@ def _check_before_store(spec: SweepSpec, where: str | None, executor: str, backe
         from opatlas.backends import get_backend
 
         get_backend(backend, **options)
+    else:
+        from opatlas.backends.base import check_backend_options
+
+        check_backend_options(backend, options)

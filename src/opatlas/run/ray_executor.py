@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import socket
 import sys
 import time
@@ -88,6 +89,21 @@ class RayConfig:
     start_timeout_s: float = 300.0
     rescale_every_s: float = 5.0
     settle_s: float = 60.0      # nothing to run: wait this long for workers still starting
+
+    def __post_init__(self) -> None:
+        """Refuse a value that cannot work, naming the field (not a ZeroDivisionError later)."""
+        least = {"devices_per_task": 1, "chunk": 1, "calls_per_worker": 1, "call_vectors": 1,
+                 "max_workers": 1, "object_store_mb": 1, "num_cpus": 0, "chunk_attempts": 1,
+                 "call_s": 0, "start_timeout_s": 0, "rescale_every_s": 0, "settle_s": 0}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if value is None and name in ("max_workers", "num_cpus"):
+                continue
+            whole = not isinstance(self.__dataclass_fields__[name].default, float)
+            if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+                    or value < low):
+                kind = "a whole number" if whole else "a number"
+                raise OpatlasError(f"RayConfig {name}={value!r}: must be {kind} >= {low}")
 
 
 def import_ray() -> Any:
@@ -559,9 +575,21 @@ class RayDispatcher:
         self.starting.clear()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*: \S")  # a traceback's last line: "module.Error: message"
+
+
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+    """One line for ``exc``: its first line, or, when Ray wrapped a worker's traceback (an
+    actor whose ``__init__`` raised), the innermost exception's own message."""
+    while isinstance(getattr(exc, "cause", None), BaseException):  # a task's RayTaskError
+        exc = exc.cause
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    said = lines[0] if lines else ""
+    if any(line.startswith('File "') for line in lines) and _RAISED.match(lines[-1]):
+        name, _, message = lines[-1].partition(": ")
+        said = f"{name.rsplit('.', 1)[-1]}: {message}"
+    return f"{type(exc).__name__}: {said}"[:500]
 
 
 def run_spec_ray(spec: SweepSpec, store: Store, config: RunConfig | None = None,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opatlas.backends import get_backend
+from opatlas.backends.cpu import thread_env
 from opatlas.ops import load_ops_module
 from opatlas.run.records import RowBuilder
 from opatlas.run.runner import Measurement
@@ -88,7 +89,12 @@ class DeviceWorker:
                                 os.getpid())
         self.builder = RowBuilder(backend, self.info_.device, self.info_.versions_json)
         # The guarded process is spawned from here, so it inherits this process's
-        # CUDA_VISIBLE_DEVICES / TT_VISIBLE_DEVICES: it sees the one device Ray gave us.
+        # CUDA_VISIBLE_DEVICES / TT_VISIBLE_DEVICES: it sees the one device Ray gave us. Ray
+        # sets OMP_NUM_THREADS=1 here; a backend that says its thread count gets it instead,
+        # so that it measures as the local runner does.
+        threads = getattr(self.backend, "threads", None)
+        if isinstance(threads, int):
+            os.environ.update(thread_env(threads))
         self.worker = open_worker(self.backend, backend, ops_modules, backend_options)
 
     def info(self) -> WorkerInfo:
