@@ -100,6 +100,9 @@ def _whole_floats(col: Any) -> bool:
 
 
 def write_html(analysis: Analysis, path: str | Path) -> Path:
+    """Write ``analysis`` as one self-contained HTML report (``opatlas analyze --html``) to
+    ``path``, atomically (a file there is replaced whole or left as it was); the path
+    written. A path that cannot be written raises :class:`OpatlasError`."""
     from opatlas.analyze.html import render
 
     return write_atomic(path, render(analysis), "--html")

@@ -334,6 +334,7 @@ class Predictor:
         compiled = model.compiled_only()
         if compiled is not None:
             self.registry.save_compiled(reg_key, fingerprint, compiled)
+            return compiled  # what the next process loads: the same answer to the last digit
         return model
 
     def _saved_extra(self, op: str, pass_: str, device: str, dtype: str, group: dict,
@@ -482,7 +483,7 @@ class Predictor:
                 pass_: str = "fwd") -> np.ndarray:
         """Times in µs, one per shape (row): a DataFrame, columns, one shape's mapping of
         values or a sequence of row mappings. A shape ``opatlas predict --shape`` refuses
-        (``b=0``, ``dim`` not a multiple of ``mp``...) raises :class:`InvalidShape`."""
+        (``b=0``, ``mp="2"``, ``dim`` not a multiple of ``mp``...) raises :class:`InvalidShape`."""
         name, table = self.resolve_op(op, as_columns(shapes))
         model = self.model(name, pass_, device, dtype)
         self.check_shape(name, list(table), pass_, device, dtype)
@@ -815,9 +816,20 @@ def check_values(op: str, table: Columns, first: np.ndarray | None = None) -> No
 
     named, whole, known = _param_kinds(op)
     n = n_rows(table)
+    numeric = whole | {k for k, v in known.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)}
     for k, values in table.items():
-        if k in named or not is_numeric(values):
+        if k in named:
             continue
+        if not is_numeric(values):
+            if k not in numeric:  # an op's own text parameter: its model's to judge
+                continue
+            i = next((i for i, v in enumerate(values)
+                      if isinstance(v, bool) or not isinstance(v, int | float | np.number)),
+                     None)
+            if i is not None:  # "2" is no 2: the CLI's parse_shape refuses it alike
+                raise InvalidShape(f"op {op!r}: {_row_name(i, n)}{k}={values[i]!r}: {k} "
+                                   f"must be a number, not {type(values[i]).__name__}")
         arr = values.astype(float)
         zero_ok = zero_means_not_given(known, k)
         finite = np.isfinite(arr)

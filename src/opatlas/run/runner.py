@@ -28,6 +28,30 @@ from opatlas.sweep import VectorStream, canonical_json
 
 @dataclass
 class RunConfig:
+    """How a sweep is run: the API's counterpart of ``opatlas run``'s options.
+
+    Fields (checked on construction, with the CLI's minimums; a bad value raises
+    :class:`~opatlas.errors.OpatlasError` naming the field and the value):
+
+    - ``backend``: the backend that measures (``cpu``, ``cuda``, ...; ``--backend``).
+    - ``repeats``: timed repeats per pass, >= 1; None: the spec's (``--repeats``).
+    - ``warmup``: untimed warm-up runs per pass, >= 0; None: the spec's (``--warmup``).
+    - ``timeout_s``: seconds one vector may take before it is recorded as ``timeout``,
+      >= 0.01 (``--timeout``).
+    - ``passes``: the passes to measure (``fwd``, ``bwd``, ...), those the op has; None: the
+      spec's, else every pass of the op.
+    - ``retry_failed``: run again vectors recorded as error/oom/timeout/crash
+      (``--retry-failed``); without it they are skipped like measured ones.
+    - ``flush_every``: rows buffered before they are written to the store, >= 1.
+    - ``flush_seconds``: seconds after which buffered rows are written anyway, >= 0.
+    - ``log_every``: vectors between progress lines when not interactive, >= 1
+      (``--log-every``).
+    - ``interactive``: a live progress bar (True) or log lines (False); None: a bar when
+      stderr is a terminal.
+    - ``ops_modules``: modules (or ``.py`` files) of user ops to import first (``--ops-module``).
+    - ``backend_options``: backend settings (``--backend-opt``: threads, timing ...).
+    """
+
     backend: str = "cpu"
     repeats: int | None = None  # None: the spec's
     warmup: int | None = None
@@ -40,6 +64,27 @@ class RunConfig:
     interactive: bool | None = None
     ops_modules: Sequence[str] = ()
     backend_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_number("repeats", self.repeats, int, 1, optional=True)
+        _check_number("warmup", self.warmup, int, 0, optional=True)
+        _check_number("timeout_s", self.timeout_s, float, 0.01)
+        _check_number("flush_every", self.flush_every, int, 1)
+        _check_number("flush_seconds", self.flush_seconds, float, 0)
+        _check_number("log_every", self.log_every, int, 1)
+
+
+def _check_number(name: str, value: object, kind: type, minimum: float, *,
+                  optional: bool = False) -> None:
+    """Refuse a ``RunConfig`` field that is not a number of ``kind`` (an int for a float
+    field too) of at least ``minimum`` (None allowed when ``optional``)."""
+    if value is None and optional:
+        return
+    kinds = (int,) if kind is int else (int, float)
+    what = "an integer" if kind is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum:
+        none = " (or None: the spec's)" if optional else ""
+        raise OpatlasError(f"RunConfig {name}={value!r}: expected {what} >= {minimum}{none}")
 
 
 @dataclass
@@ -54,6 +99,22 @@ class NodeStats:
 
 @dataclass
 class RunSummary:
+    """What a run did, as ``run_spec`` returns it (and ``opatlas run`` prints it).
+
+    - ``total``: vectors in the sweep (this part, this selection); ``skipped``: those the
+      store held already (not run again); ``ran``: those measured by this run.
+    - ``statuses``: vectors run, by outcome (``ok``, ``error``, ``oom``, ``timeout``, ``crash``,
+      ``invalid``); ``failed_earlier``: of the skipped ones, those recorded as failed, by status
+      (run them again with ``RunConfig(retry_failed=True)``).
+    - ``elapsed_s``: wall time of the run; ``rate`` (property): vectors run per second.
+    - ``nodes``: per node or worker, what it did (distributed runs only).
+    - ``retried_chunks``: chunks of work run again after a worker was lost (distributed).
+    - ``duplicate_rows``: rows the store already held (ignored, never written twice).
+    - ``not_run``: vectors left to run because a task of a job array failed;
+      ``failed_tasks``: those tasks, as said to the user.
+    - ``notes``: lines for the user, printed after the summary (stderr).
+    """
+
     total: int = 0
     skipped: int = 0
     ran: int = 0
@@ -89,7 +150,7 @@ def measurement(spec: SweepSpec, cfg: RunConfig) -> Measurement:
     if not passes:
         raise OpatlasError(f"op {op.name!r} has none of the passes {cfg.passes}; "
                            f"it has {list(op.passes)}")
-    return Measurement(tuple(passes), cfg.repeats or spec.repeats,
+    return Measurement(tuple(passes), spec.repeats if cfg.repeats is None else cfg.repeats,
                        spec.warmup if cfg.warmup is None else cfg.warmup, cfg.timeout_s)
 
 

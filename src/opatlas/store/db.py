@@ -387,6 +387,8 @@ class Store:
 
     # -- plumbing -----------------------------------------------------------------------------
     def transaction(self) -> _Transaction:
+        """A context manager holding one transaction: its writes are committed together on
+        a normal exit, rolled back on an exception (``with store.transaction(): ...``)."""
         return _Transaction(self.con)
 
     def close(self) -> None:
@@ -540,6 +542,9 @@ class Store:
     # -- reads --------------------------------------------------------------------------------
     def done_vector_ids(self, backend: str, device: str, statuses: Sequence[str] | None = None
                         ) -> set[str]:
+        """The ids of the vectors the results table holds a row of for ``backend`` on
+        ``device`` (the device's name as the backend reports it); with ``statuses``, only rows
+        of those statuses (``("ok", "invalid")``: the ones a resume keeps)."""
         sql = "SELECT DISTINCT vector_id FROM results WHERE backend = ? AND device = ?"
         args: list[Any] = [backend, device]
         if statuses:
@@ -645,6 +650,9 @@ class Store:
         return expand_param_columns(df) if expand_params else df
 
     def table(self, name: str) -> pd.DataFrame:
+        """A whole table as a DataFrame: ``sweeps``, ``vectors``, ``results`` (parameters as
+        JSON text; :meth:`results` spreads them into columns) or ``meta``. Another name
+        raises :class:`StoreError`."""
         if name not in ("sweeps", "vectors", "results", "meta"):
             raise StoreError(f"unknown table {name!r}")
         cols = _column_list(_TABLES[name][0]) if name in _TABLES else "*"  # not key_hash
@@ -657,6 +665,8 @@ class Store:
         return int(self._scalar(f"SELECT count(*) FROM results{where}", args))
 
     def count(self, table: str = "results") -> int:
+        """The number of rows of ``table`` (``results``, ``vectors``, ``sweeps`` or ``meta``);
+        :meth:`count_results` counts results of one op or status."""
         return int(self._scalar(f"SELECT count(*) FROM {table}"))
 
     def _scalar(self, sql: str, args: Sequence[Any] = ()) -> Any:

@@ -15,12 +15,13 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from opatlas.errors import OpatlasError
 from opatlas.expressions import Expression
 from opatlas.ops import get_op
-from opatlas.spec import SweepSpec
+from opatlas.spec import SweepSpec, resolve_spec
 
 T = TypeVar("T")
 DOWNSAMPLE_REASON = "downsampled"
@@ -126,6 +127,8 @@ class Expansion:
         return self.valid + sum(self.invalid.values())
 
     def summary(self) -> dict[str, Any]:
+        """The counts as a dict: ``{"total": points, "valid": vectors, "invalid": {reason:
+        points}}`` (reasons sorted; in a part or a selection, its points only)."""
         return {"total": self.total, "valid": self.valid,
                 "invalid": dict(sorted(self.invalid.items()))}
 
@@ -213,10 +216,11 @@ class VectorStream:
     counts without building the vectors; ``keep_invalid`` keeps invalid ones in the batches.
     """
 
-    def __init__(self, spec: SweepSpec, *, parts: int = 1, part: int = 1,
+    def __init__(self, spec: SweepSpec | str | Path, *, parts: int = 1, part: int = 1,
                  where: str | None = None, keep_invalid: bool = False, materialize: bool = True,
                  batch_size: int = DEFAULT_BATCH) -> None:
         _check_parts(parts, part)
+        spec = as_spec(spec)
         self.spec, self.parts, self.part, self.where = spec, parts, part, where
         self.select = Expression.parse(where) if where else None  # bad input fails here
         self.keep_invalid, self.materialize = keep_invalid, materialize
@@ -257,9 +261,22 @@ class VectorStream:
             del self.invalid[DOWNSAMPLE_REASON]
 
 
-def expand(spec: SweepSpec, *, parts: int = 1, part: int = 1, where: str | None = None,
+def as_spec(spec: SweepSpec | str | Path) -> SweepSpec:
+    """``spec`` itself, or the spec a path (or a built-in spec's name) names
+    (:func:`~opatlas.spec.resolve_spec`)."""
+    if isinstance(spec, SweepSpec):
+        return spec
+    if isinstance(spec, str | Path):
+        return resolve_spec(spec)
+    raise OpatlasError(f"spec={spec!r} ({type(spec).__name__}): expected a SweepSpec "
+                       f"(opatlas.spec.resolve_spec), a spec file's path or a built-in "
+                       f"spec's name")
+
+
+def expand(spec: SweepSpec | str | Path, *, parts: int = 1, part: int = 1, where: str | None = None,
            keep_invalid: bool = False, materialize: bool = True) -> Expansion:
-    """Expand ``spec`` into one list; ``where`` (an expression) selects a subset before
+    """Expand ``spec`` (a ``SweepSpec``, a spec file's path or a built-in spec's name) into
+    one list; ``where`` (an expression) selects a subset before
     validity is judged. A run streams the same expansion instead (:class:`VectorStream`).
 
     Invalid vectors are counted by reason (and kept in ``invalid_vectors`` when asked);
