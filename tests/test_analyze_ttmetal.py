@@ -107,18 +107,23 @@ def test_matmul_bound_is_orojenesis_at_the_cores_l1():
     assert (mm["headroom"] >= 1).all()  # a bound never exceeds the measurement
 
 
+# an L1 -> L1 block-sharded reshard of a 256x256 bf16 tensor from a 4x4 to a 2x2 grid
+SHARD_CFG = ("MemoryConfig(memory_layout=TensorMemoryLayout::BLOCK_SHARDED;buffer_type="
+             "BufferType::L1;shard_spec=ShardSpec(grid={{[(x=0;y=0) - (x={x};y={y})]}};"
+             "shape={{64; 64}};orientation=ShardOrientation::ROW_MAJOR))")
+RESHARD_ROW = {
+    "OP CODE": "ReshardDeviceOperation", "INPUT_0_MEMORY": "DEV_0_L1_BLOCK_SHARDED",
+    "OUTPUT_0_MEMORY": "DEV_0_L1_BLOCK_SHARDED", "INPUT_0_LAYOUT": "TILE",
+    "INPUT_0_DATATYPE": "BFLOAT16",
+    "ATTRIBUTES": f"{{'input_mem_config': '{SHARD_CFG.format(x=3, y=3)}'; "
+                  f"'output_mem_config': '{SHARD_CFG.format(x=1, y=1)}'}}",
+    "INPUT_0_W_PAD[LOGICAL]": "1[1]", "INPUT_0_Z_PAD[LOGICAL]": "1[1]",
+    "INPUT_0_Y_PAD[LOGICAL]": "256[256]", "INPUT_0_X_PAD[LOGICAL]": "256[256]"}
+
+
 def test_reshard_bound_uses_the_simulator_only_where_pinned_down():
     tpr = tm.perf_report_module()
-    cfg = ("MemoryConfig(memory_layout=TensorMemoryLayout::BLOCK_SHARDED;buffer_type=BufferType"
-           "::L1;shard_spec=ShardSpec(grid={{[(x=0;y=0) - (x={x};y={y})]}};shape={{64; 64}};"
-           "orientation=ShardOrientation::ROW_MAJOR))")
-    row = {"OP CODE": "ReshardDeviceOperation", "INPUT_0_MEMORY": "DEV_0_L1_BLOCK_SHARDED",
-           "OUTPUT_0_MEMORY": "DEV_0_L1_BLOCK_SHARDED", "INPUT_0_LAYOUT": "TILE",
-           "INPUT_0_DATATYPE": "BFLOAT16",
-           "ATTRIBUTES": f"{{'input_mem_config': '{cfg.format(x=3, y=3)}'; "
-                         f"'output_mem_config': '{cfg.format(x=1, y=1)}'}}",
-           "INPUT_0_W_PAD[LOGICAL]": "1[1]", "INPUT_0_Z_PAD[LOGICAL]": "1[1]",
-           "INPUT_0_Y_PAD[LOGICAL]": "256[256]", "INPUT_0_X_PAD[LOGICAL]": "256[256]"}
+    cfg, row = SHARD_CFG, RESHARD_ROW
     ns, why = tm.reshard_bound(row, tpr.CsvFormat.V2, tpr)
     assert why == "wormhole-sim"
     from opatlas.tenstorrent.sim import reshard_time_ns

@@ -277,22 +277,13 @@ def test_the_wormhole_simulator_predicts_no_reshard_of_another_chip():
 
     from opatlas.analyze.sources.ttmetal import _sim_estimate
     from opatlas.tenstorrent import ttmetal as tm
+    from test_analyze_ttmetal import RESHARD_ROW
 
     tpr = tm.perf_report_module()
-    cfg = ("MemoryConfig(memory_layout=TensorMemoryLayout::BLOCK_SHARDED;buffer_type=BufferType"
-           "::L1;shard_spec=ShardSpec(grid={{[(x=0;y=0) - (x={x};y={y})]}};shape={{64; 64}};"
-           "orientation=ShardOrientation::ROW_MAJOR))")
-    row = {"OP CODE": "ReshardDeviceOperation", "INPUT_0_MEMORY": "DEV_0_L1_BLOCK_SHARDED",
-           "OUTPUT_0_MEMORY": "DEV_0_L1_BLOCK_SHARDED", "INPUT_0_LAYOUT": "TILE",
-           "INPUT_0_DATATYPE": "BFLOAT16",
-           "ATTRIBUTES": f"{{'input_mem_config': '{cfg.format(x=3, y=3)}'; "
-                         f"'output_mem_config': '{cfg.format(x=1, y=1)}'}}",
-           "INPUT_0_W_PAD[LOGICAL]": "1[1]", "INPUT_0_Z_PAD[LOGICAL]": "1[1]",
-           "INPUT_0_Y_PAD[LOGICAL]": "256[256]", "INPUT_0_X_PAD[LOGICAL]": "256[256]"}
     worm = SimpleNamespace(arch="wormhole_b0", csv_format=tpr.CsvFormat.V2)
-    ns, why = _sim_estimate(tpr, worm, row)
+    ns, why = _sim_estimate(tpr, worm, RESHARD_ROW)
     assert ns > 0 and why == "wormhole-sim"
     black = SimpleNamespace(arch="blackhole", csv_format=tpr.CsvFormat.V2)
-    assert _sim_estimate(tpr, black, row) == (
+    assert _sim_estimate(tpr, black, RESHARD_ROW) == (
         None, "not comparable: the simulator is calibrated on Wormhole, this profile is "
               "blackhole's")
