@@ -172,7 +172,8 @@ def test_without_slurm_it_says_the_tasks_run_here(tmp_path, capsys, monkeypatch)
     executor = se._executor(submitit, se.SubmititConfig(folder=tmp_path), tmp_path)
     err = capsys.readouterr().err
     assert executor.cluster == "local"
-    assert "no SLURM here (no srun on PATH): the tasks run as processes on this machine" in err
+    assert "no SLURM here (no srun on PATH): the 4 tasks run at once as processes on this " \
+        "machine" in err and "contend for its cores" in err
     se._executor(submitit, se.SubmititConfig(cluster="local", folder=tmp_path), tmp_path)
     assert capsys.readouterr().err == ""  # asked for: nothing to say
 
