@@ -49,6 +49,7 @@ from opatlas.run.runner import (
     NodeStats,
     RunConfig,
     RunSummary,
+    check_field,
     measurement,
     prepare_run,
 )
@@ -95,15 +96,10 @@ class RayConfig:
         least = {"devices_per_task": 1, "chunk": 1, "calls_per_worker": 1, "call_vectors": 1,
                  "max_workers": 1, "object_store_mb": 1, "num_cpus": 0, "chunk_attempts": 1,
                  "call_s": 0, "start_timeout_s": 0, "rescale_every_s": 0, "settle_s": 0}
+        unset = {"max_workers": "one per device", "num_cpus": "the machine's"}
         for name, low in least.items():
-            value = getattr(self, name)
-            if value is None and name in ("max_workers", "num_cpus"):
-                continue
-            whole = not isinstance(self.__dataclass_fields__[name].default, float)
-            if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
-                    or value < low):
-                kind = "a whole number" if whole else "a number"
-                raise OpatlasError(f"RayConfig {name}={value!r}: must be {kind} >= {low}")
+            kind = float if isinstance(self.__dataclass_fields__[name].default, float) else int
+            check_field(self, name, kind, low, none=unset.get(name))
 
 
 def import_ray() -> Any:

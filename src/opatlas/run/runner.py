@@ -66,25 +66,27 @@ class RunConfig:
     backend_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_number("repeats", self.repeats, int, 1, optional=True)
-        _check_number("warmup", self.warmup, int, 0, optional=True)
-        _check_number("timeout_s", self.timeout_s, float, 0.01)
-        _check_number("flush_every", self.flush_every, int, 1)
-        _check_number("flush_seconds", self.flush_seconds, float, 0)
-        _check_number("log_every", self.log_every, int, 1)
+        for name, kind, least in (("repeats", int, 1), ("warmup", int, 0)):
+            check_field(self, name, kind, least, none="the spec's")
+        for name, kind, least in (("timeout_s", float, 0.01), ("flush_every", int, 1),
+                                  ("flush_seconds", float, 0), ("log_every", int, 1)):
+            check_field(self, name, kind, least)
 
 
-def _check_number(name: str, value: object, kind: type, minimum: float, *,
-                  optional: bool = False) -> None:
-    """Refuse a ``RunConfig`` field that is not a number of ``kind`` (an int for a float
-    field too) of at least ``minimum`` (None allowed when ``optional``)."""
-    if value is None and optional:
+def check_field(config: object, name: str, kind: type, minimum: float, *,
+                none: str | None = None) -> None:
+    """Refuse a settings dataclass's field that is not a number of ``kind`` (an int for a
+    float field too) of at least ``minimum``, naming the class, the field and the value;
+    ``none``: what None means where it is allowed."""
+    value = getattr(config, name)
+    if value is None and none is not None:
         return
     kinds = (int,) if kind is int else (int, float)
     what = "an integer" if kind is int else "a number"
     if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum:
-        none = " (or None: the spec's)" if optional else ""
-        raise OpatlasError(f"RunConfig {name}={value!r}: expected {what} >= {minimum}{none}")
+        also = f" (or None: {none})" if none is not None else ""
+        raise OpatlasError(f"{type(config).__name__} {name}={value!r}: expected {what} >= "
+                           f"{minimum}{also}")
 
 
 @dataclass
