@@ -105,10 +105,11 @@ def test_a_ray_cpu_worker_undoes_rays_one_thread(monkeypatch):
 # -- 7: RayConfig is checked when built -----------------------------------------------------------
 
 @pytest.mark.parametrize(("field", "value", "said"), [
-    ("devices_per_task", 0, "RayConfig devices_per_task=0: must be a whole number >= 1"),
-    ("chunk", -3, "RayConfig chunk=-3: must be a whole number >= 1"),
-    ("max_workers", 0, "RayConfig max_workers=0: must be a whole number >= 1"),
-    ("call_s", -1.0, "RayConfig call_s=-1.0: must be a number >= 0"),
+    ("devices_per_task", 0, "RayConfig devices_per_task=0: expected an integer >= 1"),
+    ("chunk", -3, "RayConfig chunk=-3: expected an integer >= 1"),
+    ("max_workers", 0, "RayConfig max_workers=0: expected an integer >= 1 (or None: one per "
+                       "device)"),
+    ("call_s", -1.0, "RayConfig call_s=-1.0: expected a number >= 0"),
 ])
 def test_rayconfig_refuses_a_bad_field_naming_it(field, value, said):
     with pytest.raises(OpatlasError) as info:
@@ -120,3 +121,13 @@ def test_rayconfig_takes_its_defaults_and_unset_limits():
     RayConfig(max_workers=None, num_cpus=None)
     assert RayConfig(call_s=1).call_s == 1
 
+
+
+def test_a_worker_outside_ray_starts_no_ray():
+    ray = pytest.importorskip("ray")
+    worker = DeviceWorker("cpu", {}, [], Measurement(("fwd",), 1, 0, 60.0))
+    try:
+        assert "/" not in worker.info().node  # the host alone, no Ray node id
+    finally:
+        worker.close()
+    assert not ray.is_initialized()

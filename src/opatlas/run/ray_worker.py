@@ -40,6 +40,8 @@ def node_label() -> str:
     try:
         import ray
 
+        if not ray.is_initialized():  # asking Ray for its context would start a Ray here
+            return host
         return f"{host}/{ray.get_runtime_context().get_node_id()[:8]}"
     except Exception:  # not in a Ray worker: the host alone says where
         return host
