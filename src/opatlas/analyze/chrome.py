@@ -8,6 +8,7 @@ second and a few hundred MB, where HolisticTraceAnalysis builds a much larger fr
 from __future__ import annotations
 
 import gzip
+import itertools
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,8 +99,49 @@ def split_events(doc: dict[str, Any]) -> tuple[Events, Events, Events]:
         p[2].append(max(0.0, float(dur)))
         p[3].append(threads.setdefault(key, len(threads)))
         p[4].append(e.get("args") or {})
-    return tuple(Events(p[0], np.asarray(p[1], float), np.asarray(p[2], float),  # type: ignore
-                        np.asarray(p[3], np.int64), p[4]) for p in parts.values())
+    ops, kernels, runtime = (Events(p[0], np.asarray(p[1], float), np.asarray(p[2], float),
+                                    np.asarray(p[3], np.int64), p[4]) for p in parts.values())
+    return autocast_inputs(ops), kernels, runtime
+
+
+AUTOCAST_TYPES = "opatlas: autocast input type"  # the outer event's own "Input type", kept
+
+
+def autocast_inputs(ops: Events) -> Events:
+    """``ops`` with each op that autocast re-dispatched given the input types it ran with.
+
+    Under ``torch.autocast`` an op is recorded twice: the outer event with its inputs as the
+    caller passed them (fp32 weights and activations), enclosing the casts (``aten::to``) and
+    the same op called again, with the same shapes, on the cast inputs (bf16), which is what
+    ran. The analyzer maps the outer event (it holds the casts' kernels too), so it takes the
+    inner event's ``Input type``; the outer's own are kept under :data:`AUTOCAST_TYPES`.
+    Found as an event of one thread whose start lies inside an event of the same name and
+    ``Input Dims`` (ops of one thread nest or are disjoint) and whose input types differ."""
+    groups: dict[tuple[int, str, str], list[int]] = {}
+    for i, args in enumerate(ops.args):
+        if "Input type" in args and args.get("Input Dims"):
+            key = (int(ops.thread[i]), ops.name[i], str(args["Input Dims"]))
+            groups.setdefault(key, []).append(i)
+    ts = ops.ts - (ops.ts.min() if len(ops) else 0.0)  # relative: epoch µs lose the ns
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        idx.sort(key=lambda i: (ts[i], -ops.dur[i]))
+        # innermost pair first, so that a chain of re-dispatches hands down the last types
+        for outer, inner in reversed(list(itertools.pairwise(idx))):
+            inside = ts[outer] <= ts[inner] < ts[outer] + ops.dur[outer]
+            given, ran = ops.args[outer]["Input type"], ops.args[inner]["Input type"]
+            if inside and _tensor_types(ops.args[outer]) != _tensor_types(ops.args[inner]):
+                ops.args[outer] = {**ops.args[outer], "Input type": ran, AUTOCAST_TYPES: given}
+    return ops
+
+
+def _tensor_types(args: dict[str, Any]) -> list[Any]:
+    """The ``Input type`` of an op's tensor inputs (those with dims), not of its scalars: the
+    re-dispatch of an fp32-policy op (softmax) adds a scalar (its dtype), not a cast input."""
+    dims = args.get("Input Dims") or []
+    types = list(args.get("Input type") or [])
+    return [t for d, t in zip(dims, types, strict=False) if isinstance(d, list) and d]
 
 
 def nest(ev: Events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

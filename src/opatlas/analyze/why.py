@@ -229,8 +229,10 @@ def explain(rows: pd.DataFrame, peaks: Peaks, total_time_s: float | None = None)
     bound = np.where(np.isfinite(comm), comm, bound)
     bound = np.where(bound > 0, bound, np.nan)
     r["bound_time_s"] = bound
+    # no time, no headroom (as no achieved rate): a row timed at zero (an op of a GPU trace
+    # that launched no kernel, its work done on the host) is no evidence against its bound
     with np.errstate(divide="ignore", invalid="ignore"):
-        r["headroom"] = t / bound
+        r["headroom"] = np.where(t > 0, t / bound, np.nan)
     memory_side = np.fmax(memory_s, r["orojenesis_time_s"].to_numpy(float))
     kernel = np.where(compute_s >= np.nan_to_num(memory_side, nan=-1.0), "compute", "memory")
     kernel = np.where(np.isfinite(r["headroom"]) & (r["headroom"] > OVERHEAD_HEADROOM),
