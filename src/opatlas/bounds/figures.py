@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from opatlas.bounds.frontier import Frontier, frontier
-from opatlas.bounds.gpu_data import measured_points, seed_points
+from opatlas.bounds.gpu_data import L2_BYTES, measured_points, seed_points, versus_bound
 from opatlas.bounds.plots import plot_accel_sweep, plot_bar_ratios, plot_frontiers
 from opatlas.bounds.problems import (
     FIG12_LEGENDS,
@@ -95,12 +95,66 @@ def make_figures(outdir: Path) -> list[Path]:
         out.append(plot_frontiers(drawn[name], outdir / f"{name}_oi.png", legends=legends_,
                                   metric="oi", logy=False, xlim=xlim, ylim=ylim_oi, y_end=y_end,
                                   title=OI_TITLES.get(name, title)))
-    gpu = pd.concat([seed_points(), measured_points()], ignore_index=True)
-    out.append(plot_frontiers(fr["fig24a"], outdir / "fig24a.png", legends=["4k_4k_4k (fp32)"],
-                              logy=False, xlim=(1e6, 2e8), ylim=(0, 4e9), y_end=2e8,
-                              gpu_data=gpu, coefficient=4))
+    out += fig24a(outdir, fr["fig24a"][0])
     out += fig24b(outdir, fr["fig24a"][0])
     return out
+
+
+WORD_NAMES = {4: "fp32", 2: "bf16/fp16"}
+FIG24A_TITLE = "4096³ GEMM DRAM bytes at the L2 size;\nbf16 against the bound for 2-byte words"
+
+
+def _gpu_name(gpu: str) -> str:
+    """'H100' for 'NVIDIA H100 80GB HBM3': the seed's short names where one fits."""
+    return next((short for short in L2_BYTES if short in gpu.split()), gpu)
+
+
+def fig24a_points() -> pd.DataFrame:
+    """The seed's and our own GPU measurements, each with its legend label."""
+    seed, ours = seed_points(), measured_points()
+    seed["label"] = [f"A2–H100, Orojenesis seed (CUTLASS {k})" for k in seed["kernel"]]
+    ours["label"] = [f"{_gpu_name(g)}, measured here (cuBLAS {k}"
+                     + (f", {w}-B words)" if w != 4 else ")")
+                     for g, k, w in zip(ours["gpu"], ours["kernel"], ours["word_bytes"],
+                                        strict=True)]
+    return pd.concat([seed, ours], ignore_index=True)
+
+
+def fig24a_comparison(bound: Frontier | None = None,
+                      points: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every Fig. 24a point beside the 4096³ bound at its L2 size (:func:`versus_bound`)."""
+    if bound is None:
+        bound = frontier(FIGURES["fig24a"]()[0])
+    return versus_bound(fig24a_points() if points is None else points, bound)
+
+
+def fig24a_lines(table: pd.DataFrame) -> list[str]:
+    """The comparison as text, one line per point."""
+    lines = ["Fig. 24a, 4096³ GEMM: DRAM bytes measured vs the bound at the GPU's L2 size "
+             "(in the kernel's own words)"]
+    for r in table.to_dict("records"):
+        lines.append(f"  {r['source']:<8} {_gpu_name(r['gpu']):<5} {r['kernel']:<6} "
+                     f"{r['dtype']:<4} L2 {r['l2_bytes'] / 2**20:>4.0f} MiB: "
+                     f"{r['dram_bytes']:>13,.0f} B measured, bound {r['bound_bytes']:>13,} B, "
+                     f"ratio {r['ratio']:.3f}")
+    return lines
+
+
+def fig24a(outdir: Path, bound: Frontier) -> list[Path]:
+    """Fig. 24a: the bound in bytes for fp32 words, and for 2-byte words where a measured
+    kernel moves them (a bf16 point is never set against the fp32 curve), with the seed's
+    and our measured points; plus the numbers (``fig24a_vs_bound.csv``)."""
+    points = fig24a_points()
+    table = fig24a_comparison(bound, points)
+    csv_path = outdir / "fig24a_vs_bound.csv"
+    table.to_csv(csv_path, index=False)
+    sizes = [4, *sorted({int(w) for w in points["word_bytes"]} - {4}, reverse=True)]
+    legends = [f"bound, {WORD_NAMES.get(w, f'{w}-B')} words ({w} B)" for w in sizes]
+    png = plot_frontiers([bound] * len(sizes), outdir / "fig24a.png", legends=legends,
+                         logy=False, xlim=(1e6, 2e8), ylim=(0, 4e9), y_end=2e8,
+                         gpu_data=points, coefficient=4, coefficients=sizes,
+                         figsize=(4.6, 3.6), title=FIG24A_TITLE, steps=True)
+    return [png, csv_path]
 
 
 def fig24b(outdir: Path, bound: Frontier | None = None, mappings: int = 2000,

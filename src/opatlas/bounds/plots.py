@@ -30,16 +30,23 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
                    xlim: tuple | None = None, ylim: tuple | None = None,
                    y_end: float | None = None, plot_min: bool = False, all_points: bool = False,
                    gpu_data: pd.DataFrame | None = None, coefficient: float = 1.0,
-                   figsize: tuple[float, float] = (3.2, 3.2), title: str | None = None) -> Path:
+                   figsize: tuple[float, float] = (3.2, 3.2), title: str | None = None,
+                   coefficients: Sequence[float] = (), steps: bool = False) -> Path:
     """Accesses (or OI) vs buffer size, one line per problem; optional algo min/max lines,
-    the scatter of every tiling's best accesses, and measured GPU traffic."""
+    the scatter of every tiling's best accesses, and measured GPU traffic.
+
+    ``coefficients`` (bytes per word) overrides ``coefficient`` curve by curve: the same
+    frontier drawn for 4-byte and for 2-byte words is two curves. ``steps`` draws each curve
+    as the step function it is (the bound at B is the last point at or below B) instead of
+    joining its points."""
     fig, ax = plt.subplots(figsize=figsize, dpi=150)
     for i, f in enumerate(frontiers):
         label = legends[i] if i < len(legends) else f.einsum.name
-        x, y = _series(f, metric, y_end, coefficient)
+        x, y = _series(f, metric, y_end, coefficients[i] if i < len(coefficients)
+                       else coefficient)
         if all_points:
             ax.scatter(x[: len(f.buffer)], y[: len(f.buffer)], s=6, color="tab:green", zorder=3)
-        ax.plot(x, y, label=label, lw=1.4)
+        ax.plot(x, y, label=label, lw=1.4, drawstyle="steps-post" if steps else "default")
     if plot_min and frontiers:
         f = frontiers[0]
         ax.axhline(f.algo_min * coefficient, ls="--", color="red", lw=1, label="Algo min")
@@ -47,12 +54,7 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
         ax.axvline(1, ls=":", color="grey", lw=1)
         ax.axvline(f.einsum.total_operand_size * coefficient, ls=":", color="grey", lw=1)
     if gpu_data is not None and len(gpu_data):
-        styles = {"simt": ("o", "tab:blue"), "tensor": ("x", "tab:green")}
-        for (kernel, how), g in gpu_data.groupby(["kernel", "how"]):
-            marker, color = styles.get(kernel, ("^", "tab:red"))
-            short = "seed" if "artifact" in how else "measured"
-            ax.scatter(g["l2_bytes"], g["dram_bytes"], marker=marker, color=color, zorder=4,
-                       label=f"GPU {kernel} ({short})")
+        _scatter_gpu(ax, gpu_data)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
     ax.set_xlabel(f"Buffer Size ({'B' if coefficient == 1 else 'bytes'})")
@@ -62,6 +64,28 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
     if ylim:
         ax.set_ylim(*ylim)
     return _finish(fig, ax, path, title)
+
+
+# (source, kernel): (marker, colour); seed points keep the artifact's look
+GPU_STYLES = {("seed", "simt"): ("o", "tab:blue"), ("seed", "tensor"): ("x", "tab:green"),
+              ("measured", "simt"): ("P", "tab:red"), ("measured", "tf32"): ("s", "tab:purple"),
+              ("measured", "bf16"): ("D", "tab:orange")}
+
+
+def _scatter_gpu(ax, gpu_data: pd.DataFrame) -> None:
+    """GPU DRAM bytes at each GPU's L2 size: one legend entry per ``label`` (when the frame
+    has one), else per kernel and seed-or-measured."""
+    data = gpu_data.copy()
+    if "source" not in data:
+        data["source"] = ["seed" if "artifact" in h else "measured" for h in data["how"]]
+    if "label" not in data:
+        data["label"] = [f"GPU {k} ({s})" for k, s in zip(data["kernel"], data["source"],
+                                                           strict=True)]
+    for label, g in data.groupby("label", sort=False):
+        marker, color = GPU_STYLES.get((g["source"].iloc[0], g["kernel"].iloc[0]),
+                                       ("^", "tab:red"))
+        ax.scatter(g["l2_bytes"], g["dram_bytes"], marker=marker, color=color, zorder=4,
+                   label=label)
 
 
 def _finish(fig, ax, path: Path, title: str | None) -> Path:

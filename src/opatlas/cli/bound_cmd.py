@@ -553,13 +553,15 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
 
     Fig. 13 and 14 bound the artifact's GBMM template, as it does (bound gbmm
     --artifact-template); the Fig. 14 OI plot draws the notebook's OI, over 2·H·M·K·N.
+    After the paths, Fig. 24a's GPU points beside the bound at each L2 size (measured over
+    bound; also in fig24a_vs_bound.csv).
 
     Example:
 
         opatlas bound figures figs/
     """
     from opatlas.atomic import blocking_file
-    from opatlas.bounds.figures import make_figures
+    from opatlas.bounds.figures import fig24a_comparison, fig24a_lines, make_figures
 
     if outdir.exists() and not outdir.is_dir():
         raise OpatlasError(f"bound figures {outdir}: is a file; give a folder (it is made if "
@@ -568,6 +570,8 @@ def figures_cmd(outdir: Path = typer.Argument(..., help="Folder for the figures 
         raise OpatlasError(f"bound figures {outdir}: {blocker} is a file, not a folder")
     for path in make_figures(outdir):
         typer.echo(str(path))
+    for line in fig24a_lines(fig24a_comparison()):
+        typer.echo(line)
 
 
 # ``bound accel --problem KIND SIZES``: each kind's sizes, in order, and an example
