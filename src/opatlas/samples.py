@@ -35,6 +35,21 @@ def filed_device_name(folder: str | Path, device: str) -> str:
     return str(device).replace(" ", "")
 
 
+# the op datasets a name selects (``--data NAME``, a config's ``ops.data``): folder under
+# opatlas/data holding ``operator/`` sample CSVs
+BUNDLED_OPS = {"bundled": "ett-a100", "a100": "ett-a100", "h100": "h100"}
+
+
+def op_data_path(source: str | Path) -> Path:
+    """Where op data named ``source`` lives: a bundled dataset's ``operator`` folder for one of
+    :data:`BUNDLED_OPS`'s names (unless a file or folder of that name is here: a path the user
+    gives wins), else ``source`` as a path."""
+    name = str(source)
+    if name in BUNDLED_OPS and not Path(name).exists():
+        return bundled_dataset(BUNDLED_OPS[name]) / "operator"
+    return Path(source)
+
+
 def bundled_dataset(name: str = "ett-a100") -> Path:
     from importlib import resources
 

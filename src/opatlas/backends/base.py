@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,34 @@ class Backend:
 
     def cleanup(self) -> None:
         """Release device memory after a failure (e.g. an OOM) so the sweep can go on."""
+
+
+MAX_FILL_REPEATS = 10_000  # a pass timed for min_time_ms never takes more samples than this
+
+
+def min_time_ns(value: float | str | None) -> int:
+    """The ``min_time_ms`` backend option in ns (0: off); a clear error for a bad value."""
+    if value in (None, ""):
+        return 0
+    try:
+        ms = float(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise ValueError(f"min_time_ms must be a number of milliseconds, got {value!r}") from None
+    if not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"min_time_ms must be >= 0 (0: off), got {value!r}")
+    return int(ms * 1e6)
+
+
+def repeats_to_fill(min_ns: int, samples: Sequence[int]) -> int:
+    """How many more timed repeats bring ``samples`` (ns) to at least ``min_ns`` in all, at
+    their mean duration, never past :data:`MAX_FILL_REPEATS` samples. Short ops then get as
+    many samples as their time allows (like Triton's ``do_bench``), so a sweep of 20 µs ops
+    spends its time running them, not in each vector's fixed overhead."""
+    left, n = min_ns - sum(samples), len(samples)
+    if min_ns <= 0 or left <= 0 or not n:
+        return 0
+    mean = max(sum(samples) / n, 1.0)
+    return max(0, min(MAX_FILL_REPEATS - n, math.ceil(left / mean)))
 
 
 def register_backend(name: str, target: str, ops: Sequence[str] | None = None) -> None:

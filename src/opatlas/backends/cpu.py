@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from opatlas.backends.base import Backend
+from opatlas.backends.base import Backend, min_time_ns, repeats_to_fill
 from opatlas.ops.base import Op
 
 
@@ -81,10 +81,12 @@ class CpuBackend(Backend):
     name = "cpu"
     dtypes = TORCH_DTYPES
 
-    def __init__(self, threads: int | str | None = None) -> None:
+    def __init__(self, threads: int | str | None = None,
+                 min_time_ms: float | str | None = None) -> None:
         self.threads = default_threads() if threads in (None, "") else int(threads)
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
+        self.min_time_ns = min_time_ns(min_time_ms)
         self._pinned = False
 
     def device_name(self) -> str:
@@ -92,6 +94,8 @@ class CpuBackend(Backend):
 
     def versions(self) -> dict[str, str]:
         out = {"python": platform.python_version(), "threads": str(self.threads)}
+        if self.min_time_ns:
+            out["min_time_ms"] = f"{self.min_time_ns / 1e6:g}"
         try:
             from importlib.metadata import version
 
@@ -109,18 +113,24 @@ class CpuBackend(Backend):
         self._pin_threads()
         state = op.build(params, "cpu")
         timings: dict[str, list[int]] = {}
-        clock = time.perf_counter_ns
         for pass_ in passes:
             for _ in range(warmup):
                 op.execute(state, pass_, op.prepare(state, pass_))
-            samples = []
-            for _ in range(repeats):
-                prepared = op.prepare(state, pass_)
-                t0 = clock()
-                op.execute(state, pass_, prepared)
-                samples.append(clock() - t0)
+            samples = self._samples(op, state, pass_, repeats)
+            while more := repeats_to_fill(self.min_time_ns, samples):  # the mean may drift
+                samples += self._samples(op, state, pass_, more)
             timings[pass_] = samples
         return timings
+
+    @staticmethod
+    def _samples(op: Op, state: Any, pass_: str, repeats: int) -> list[int]:
+        clock, samples = time.perf_counter_ns, []
+        for _ in range(repeats):
+            prepared = op.prepare(state, pass_)
+            t0 = clock()
+            op.execute(state, pass_, prepared)
+            samples.append(clock() - t0)
+        return samples
 
     def _pin_threads(self) -> None:
         if not self._pinned:

@@ -9,7 +9,10 @@ Timing modes (``timing=`` backend option):
 Other options: ``graphs=1`` captures the forward pass in a CUDA graph and times ``graph_replays``
 replays per sample (for ops of a few µs, where launch overhead would dominate);
 ``flush_l2=1`` overwrites a buffer twice the L2 size before each repeat, so every repeat starts
-cold. OOM is reported as such and the allocator is emptied so the sweep can go on.
+cold; ``min_time_ms=T`` times each pass for at least T ms: after the asked repeats, more at
+their mean duration fill the rest (at most 10,000 samples), so a sweep of 20 µs ops keeps the
+GPU busy instead of paying each vector's fixed overhead for 20 samples. OOM is reported as such
+and the allocator is emptied so the sweep can go on.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opatlas.backends.base import Backend
+from opatlas.backends.base import Backend, min_time_ns, repeats_to_fill
 from opatlas.backends.cpu import TORCH_DTYPES, warm_torch
 from opatlas.ops.base import Op
 
@@ -30,7 +33,7 @@ class CudaBackend(Backend):
 
     def __init__(self, timing: str = "events", graphs: bool | str = False,
                  flush_l2: bool | str = False, graph_replays: int | str = 20,
-                 device: int | str = 0) -> None:
+                 device: int | str = 0, min_time_ms: float | str | None = None) -> None:
         if timing not in ("events", "profiler"):
             raise ValueError(f"timing must be 'events' or 'profiler', got {timing!r}")
         self.timing = timing
@@ -38,6 +41,7 @@ class CudaBackend(Backend):
         self.flush_l2 = str(flush_l2).lower() in ("1", "true", "yes")
         self.graph_replays = int(graph_replays)
         self.index = int(device)
+        self.min_time_ns = min_time_ns(min_time_ms)
         self._flush_buf: Any = None
 
     def available(self) -> tuple[bool, str]:
@@ -69,6 +73,8 @@ class CudaBackend(Backend):
 
         out = {"python": platform.python_version(), "torch": torch.__version__,
                "cuda": str(torch.version.cuda), "timing": self.timing}
+        if self.min_time_ns:
+            out["min_time_ms"] = f"{self.min_time_ns / 1e6:g}"
         with contextlib.suppress(Exception):  # private API: best effort
             out["driver"] = str(torch._C._cuda_getDriverVersion())
         if torch.backends.cudnn.is_available():
@@ -96,13 +102,18 @@ class CudaBackend(Backend):
             for _ in range(warmup):
                 op.execute(state, pass_, op.prepare(state, pass_))
             torch.cuda.synchronize()
-            if self.graphs and pass_ == "fwd":
-                out[pass_] = self._graph_samples(op, state, repeats)
-            elif self.timing == "profiler":
-                out[pass_] = self._profiler_samples(op, state, pass_, repeats)
-            else:
-                out[pass_] = self._event_samples(op, state, pass_, repeats)
+            samples = self._samples(op, state, pass_, repeats)
+            while more := repeats_to_fill(self.min_time_ns, samples):  # the mean may drift
+                samples += self._samples(op, state, pass_, more)
+            out[pass_] = samples
         return out
+
+    def _samples(self, op: Op, state: Any, pass_: str, repeats: int) -> list[int]:
+        if self.graphs and pass_ == "fwd":
+            return self._graph_samples(op, state, repeats)
+        if self.timing == "profiler":
+            return self._profiler_samples(op, state, pass_, repeats)
+        return self._event_samples(op, state, pass_, repeats)
 
     def _ready(self, op: Op, state: Any, pass_: str) -> Any:
         """The untimed work before one timed repeat: the op's preparation, then an L2 flush

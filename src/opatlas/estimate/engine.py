@@ -186,7 +186,12 @@ def _shapes(cfgs: list[TrainConfig], extra: dict[str, Any],
         rows.append({"mp": p.tp, "b": c.training.micro_batch, "h": m.heads, "l": seq,
                      "dim": m.hidden, **m.head_dim_shape,
                      **{k: v(c) if callable(v) else v for k, v in extra.items()}})
-    return as_columns(rows), rows
+    # the model's whole shape beside each op's own, for timing only: data measured on whole
+    # models (the catalog sweep's linear, over tied dim/heads/ffn/vocab) is predicted at the
+    # model's values; data without such a column (upstream's linear1) ignores it
+    whole = [{"kv_heads": c.model.kv, "ffn": c.model.ffn_width, "vocab": c.model.vocab, **r}
+             for c, r in zip(cfgs, rows, strict=True)]
+    return as_columns(whole), rows
 
 
 def _op_terms(fn: Any, cfgs: list[TrainConfig]) -> list[list[OpTerm]]:

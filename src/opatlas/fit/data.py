@@ -1,6 +1,7 @@
-"""Training data for op models: a results store, a folder of estimate-train-time CSVs, or the
-bundled A100 dataset. One row per measured (vector, pass): op, pass, device, dtype, the shape
-parameters, and ``y_us`` (the median time in µs)."""
+"""Training data for op models: a results store, a folder of estimate-train-time CSVs, or a
+bundled dataset (``bundled``/``a100``: A100 samples; ``h100``: the H100 catalog sweep). One
+row per measured (vector, pass): op, pass, device, dtype, the shape parameters, and ``y_us``
+(the median time in µs)."""
 
 from __future__ import annotations
 
@@ -22,12 +23,11 @@ def load_op_data(source: str | Path = "bundled") -> pd.DataFrame:
     A shape a CSV samples more than once is one row over all its values, as ``import
     ett-samples`` stores it (:func:`opatlas.store.ett.merge_repeats`): a folder and its
     import give the same rows, and no shape can be both trained and tested on."""
+    from opatlas.samples import op_data_path
     from opatlas.store import Store
-    from opatlas.store.ett import bundled_dataset, parse_sample_name
+    from opatlas.store.ett import parse_sample_name
 
-    if str(source) == "bundled":
-        source = bundled_dataset() / "operator"
-    path = Path(source)
+    path = op_data_path(source)
     if path.is_dir() or (path.is_file() and path.suffix.lower() == ".csv"):
         files = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
         if path.is_file() and parse_sample_name(path) is None:

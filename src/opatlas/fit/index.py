@@ -28,11 +28,9 @@ INDEX_REVISION = "6"
 
 
 def _source_path(source: str | Path) -> Path:
-    if str(source) == "bundled":
-        from opatlas.samples import bundled_dataset
+    from opatlas.samples import op_data_path
 
-        return bundled_dataset() / "operator"
-    return Path(source)
+    return op_data_path(source)
 
 
 def fingerprint(source: str | Path) -> str:

@@ -174,12 +174,14 @@ class Predictor:
 
     def _filed_as(self, op: str, shapes: Columns) -> tuple[str, Columns]:
         """An alias the data has no model of, predicted by the op it files its rows under
-        (``linear1`` by a store's ``linear`` with role=qkv), as ``opatlas fit --op`` finds
+        (``linear1`` by a store's ``linear`` with role=qkv; upstream's ``RMSlayernorm`` by the
+        catalog's ``rmsnorm``, as the H100 sweep names it), as ``opatlas fit --op`` finds
         them; else ``op`` as it is (its absence is said by the caller)."""
-        from opatlas.ops.registry import filed_as
+        from opatlas.ops.registry import filed_as, get_op
 
         for stored, values in filed_as(op, sorted(self.op_names)):
-            if values:
+            if set(get_op(stored)[1]) <= set(get_op(op)[1]):  # a rename, or data of an op
+                # this one narrows (linear for linear1); never one narrower than asked
                 n = n_rows(shapes)
                 return stored, {**shapes, **{k: [v] * n for k, v in values.items()}}
         return ETT_NAMES.get(op, op), shapes
