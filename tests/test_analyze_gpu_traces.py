@@ -67,6 +67,12 @@ def _inside(e: dict[str, Any], outer: dict[str, Any]) -> bool:
         outer["ts"] <= e["ts"] < outer["ts"] + outer["dur"]
 
 
+def _casts_in(r: Raw, e: dict[str, Any]) -> list[dict[str, Any]]:
+    """The outermost dtype casts (aten::to / aten::_to_copy) inside operator event ``e``."""
+    cands = [c for c in r.ops if c["name"] in ("aten::to", "aten::_to_copy") and _inside(c, e)]
+    return [c for c in cands if not any(o is not c and _inside(c, o) for o in cands)]
+
+
 def _dims(e: dict[str, Any]) -> list[Any]:
     return e["args"]["Input Dims"]
 
@@ -128,7 +134,8 @@ def test_each_gemm_row_is_the_time_of_its_own_kernels(name):
     lin: dict[tuple, list[float]] = {}
     for e in r.outermost("aten::linear"):
         x, w = _dims(e)[:2]
-        lin.setdefault((math.prod(x[:-1]), x[-1], w[0]), []).append(r.kernel_us(e))
+        casts = sum(r.kernel_us(c) for c in _casts_in(r, e))  # autocast's: a row of their own
+        lin.setdefault((math.prod(x[:-1]), x[-1], w[0]), []).append(r.kernel_us(e) - casts)
     linear = _rows(a, "aten::linear")
     assert len(linear) == len(lin) == 5  # qkv, proj, up, down, head
     for _, row in linear.iterrows():
@@ -219,7 +226,9 @@ def _attention_rows_s(a: Analysis) -> float:
     core = (rows["op"] == "attention") | \
         (rows["op"].isin(["matmul", "bmm"]) & rows["shape"].map(lambda s: s.get("batch")
                                                                == BATCH * HEADS)) | \
-        ((rows["op"] == "softmax") & rows["shape"].map(_attention_sized))
+        ((rows["op"] == "softmax") & rows["shape"].map(_attention_sized)) | \
+        ((rows["op"] == "cast") & rows["shape"].map(  # autocast's cast of the b·h·s² scores
+            lambda s: s.get("elements") in {BATCH * HEADS * q * q for q in SEQS}))
     return float(rows.loc[core, "time_s"].sum())
 
 

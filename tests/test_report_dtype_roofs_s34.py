@@ -105,7 +105,7 @@ def test_a_single_dtype_trace_has_no_per_dtype_peaks(tmp_path):
     assert "peak_flops_by_dtype" not in a.summary
     data = _payload_of(api.write_html(a, tmp_path / "r.html"))
     assert "by_dtype" not in data["peaks"]
-    assert all("dtype" not in r for r in data["rows"])
+    assert all(r["dtype"] == "fp32" for r in data["rows"])  # the dtype column, one value
 
 
 # ------------------------------------------------------------ 2. each row's dtype

@@ -12,6 +12,13 @@ from opatlas.analyze.why import Gemm, backward_gemms
 
 DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "c10::Float8_e4m3fn": 1,
                "c10::Float8_e5m2": 1, "long int": 8, "int": 4, "bool": 1, "unsigned char": 1}
+# c10::ScalarType codes as the profiler records a dtype argument ("Concrete Inputs"), and the
+# bytes of one element: 5 half, 6 float, 7 double, 15 bfloat16
+SCALAR_TYPES = {"5": ("fp16", 2), "6": ("fp32", 4), "7": ("fp64", 8), "15": ("bf16", 2)}
+TYPE_NAMES = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp64"}
+# ops whose third argument is an output dtype (softmax(x, dim, dtype)): under autocast the
+# fp32 policy passes float, so a bf16 input gives an fp32 output
+DTYPE_ARG = {"softmax": 2, "log_softmax": 2}
 
 
 @dataclass
@@ -221,14 +228,53 @@ def map_op(name: str, args: dict[str, Any]) -> Mapped | None:
                       {"rows": _prod(dims[0][:-1]), "width": dims[0][-1]}, word=w)
     base = short.removesuffix("_backward").removesuffix("_backward_data")
     base = base.removesuffix("_dense")
+    if base == "nll_loss" and backward:
+        return _nll_loss_backward(dims, types, w)
     if base in ROWWISE and dims and dims[0]:
         op, per = ROWWISE[base]
         elems = max(_prod(d) for d in dims if d)
-        tensors = 3 if backward else 2
         shape = {"rows": _prod(dims[0][:-1]), "width": dims[0][-1]}
-        return Mapped(op, "bwd" if backward else "fwd", float(per * elems * (2 if backward else 1)),
-                      float(w * elems * tensors), shape, word=w)
+        if backward:
+            return Mapped(op, "bwd", float(2 * per * elems), float(3 * w * elems), shape, word=w)
+        out = _out_word(short, args, w)
+        return Mapped(op, "fwd", float(per * elems), float((w + out) * elems), shape, word=w)
     return None
+
+
+def _out_word(short: str, args: dict[str, Any], w: int) -> int:
+    """Bytes per output element: the input's, or those of the dtype argument an op such as
+    softmax(x, dim, dtype) was given (autocast's fp32 policy: bf16 in, fp32 out)."""
+    i = DTYPE_ARG.get(short)
+    code = _concrete(args, i) if i is not None else ""
+    return SCALAR_TYPES[code][1] if code in SCALAR_TYPES else w
+
+
+def _nll_loss_backward(dims: list[list[int]], types: list[str], w: int) -> Mapped | None:
+    """nll_loss_backward(grad_out, self, target, ...): the gradient of the (rows, classes)
+    input is written whole (zeros but at each row's target) and the targets read; its first
+    input, the loss's gradient, is a 0-d tensor."""
+    if len(dims) < 3 or len(dims[1]) < 1:
+        return None
+    x, target = dims[1], dims[2]
+    rows = _prod(target) if target else 1
+    nbytes = w * _prod(x) + DTYPE_BYTES.get(types[2], 8) * rows
+    return Mapped("cross_entropy", "bwd", float(rows), float(nbytes),
+                  {"rows": _prod(x[:-1]) if len(x) > 1 else 1, "width": x[-1]}, word=w)
+
+
+def cast_op(args: dict[str, Any], fallback_word: int) -> tuple[Mapped, bool]:
+    """An autocast cast, ``aten::to(x, dtype, ...)``: no FLOPs, the tensor read in its type
+    and written in the dtype argument's (or in ``fallback_word`` bytes, the type the op it
+    casts for ran with, where the dtype was not recorded). The bool says whether the target
+    dtype was recorded."""
+    dims, types = _tensors(args)
+    elems = _prod(dims[0]) if dims and dims[0] else 0
+    src = DTYPE_BYTES.get(types[0], 4) if types else 4
+    code = _concrete(args, 1)
+    name, dst = SCALAR_TYPES.get(code, (None, fallback_word))
+    shape = {"elements": elems, "from": TYPE_NAMES.get(types[0] if types else "", "?"),
+             "to": name or f"{dst}-byte"}
+    return Mapped("cast", "fwd", 0.0, float((src + dst) * elems), shape, word=dst), code in SCALAR_TYPES
 
 
 # per element, an Adam(W) step's FLOPs and the tensors it moves, as the op catalog's adam_step
@@ -269,9 +315,18 @@ def _optimizer(short: str, lists: list[list[list[int]]], dims: list[list[int]], 
         base = short.removeprefix("_foreach_").rstrip("_")
         per = FOREACH_FLOPS.get(base, 1.0)
         tensors = (max(len(lists), 1) - (base in FOREACH_NO_READ)
-                   + (base not in FOREACH_NO_WRITE))
+                   + (base not in FOREACH_NO_WRITE) - _same_list_twice(base, lists))
     return Mapped("optimizer", "step", per * elems, float(tensors * word * elems),
                   {"tensors": len(params), "elements": elems}, word=word)
+
+
+def _same_list_twice(base: str, lists: list[list[list[int]]]) -> int:
+    """1 when an addcmul multiplies a list by itself, read once: AdamW's
+    ``_foreach_addcmul_(exp_avg_sq, grads, grads)``. A Chrome trace records neither addresses
+    nor ids of a TensorList's tensors, so the two factor lists are taken as the same list when
+    their shapes are equal, as in that call (addcmul of two different lists of one shape is
+    rare outside it)."""
+    return int(base == "addcmul" and len(lists) >= 3 and bool(lists[1]) and lists[1] == lists[2])
 
 
 def _embedding(dims: list[list[int]], types: list[str], w: int) -> Mapped | None:
@@ -302,4 +357,4 @@ def backward_of(m: Mapped) -> Mapped:
     return Mapped(m.op, "bwd", m.flops, m.bytes, m.shape, m.gemms, m.word)
 
 
-__all__ = ["Mapped", "backward_gemms", "backward_of", "map_op", "maybe_catalog"]
+__all__ = ["Mapped", "backward_gemms", "backward_of", "cast_op", "map_op", "maybe_catalog"]

@@ -105,6 +105,7 @@ def split_events(doc: dict[str, Any]) -> tuple[Events, Events, Events]:
 
 
 AUTOCAST_TYPES = "opatlas: autocast input type"  # the outer event's own "Input type", kept
+AUTOCAST_CONCRETE = "opatlas: autocast concrete inputs"  # its own "Concrete Inputs", kept
 
 
 def autocast_inputs(ops: Events) -> Events:
@@ -133,7 +134,22 @@ def autocast_inputs(ops: Events) -> Events:
             given, ran = ops.args[outer]["Input type"], ops.args[inner]["Input type"]
             if inside and _tensor_types(ops.args[outer]) != _tensor_types(ops.args[inner]):
                 ops.args[outer] = {**ops.args[outer], "Input type": ran, AUTOCAST_TYPES: given}
+            elif inside and _fills_in(ops.args[outer], ops.args[inner]):
+                ops.args[outer] = {**ops.args[outer],
+                                   "Concrete Inputs": ops.args[inner]["Concrete Inputs"],
+                                   AUTOCAST_CONCRETE: ops.args[outer].get("Concrete Inputs")}
     return ops
+
+
+def _fills_in(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
+    """Whether the re-dispatch's scalars add to the outer call's and change none: autocast's
+    fp32 policy calls softmax(x, dim) again as softmax(x, dim, dtype=float), and the dtype
+    sets the output's size."""
+    given = list(outer.get("Concrete Inputs") or [])
+    ran = list(inner.get("Concrete Inputs") or [])
+    if len(given) != len(ran) or given == ran:
+        return False
+    return all(g in ("", r) for g, r in zip(given, ran, strict=True))
 
 
 def _tensor_types(args: dict[str, Any]) -> list[Any]:

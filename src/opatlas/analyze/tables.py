@@ -377,7 +377,7 @@ def _distinct_total(analysis: Analysis,
     return [(f"{label} ({how})", *items[0][1:]), *same, *rest]
 
 
-PLAIN_KEYS = ("id", "op", "pass", "category", "name", "group", "calls", "time_s",
+PLAIN_KEYS = ("id", "op", "pass", "category", "name", "group", "dtype", "calls", "time_s",
               "predicted_time_s", "measured_time_s", "error", "share", "util", "bound_time_s",
               "headroom", "limiter", "flags", "shape")  # the shape tells equal names apart
 _LEFT = ("id", "group", "text", "shape")

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opatlas.analyze.aten import Mapped, backward_of, map_op, maybe_catalog
-from opatlas.analyze.chrome import Events, load_trace, nest, split_events
+from opatlas.analyze.aten import Mapped, backward_of, cast_op, map_op, maybe_catalog
+from opatlas.analyze.chrome import AUTOCAST_TYPES, Events, load_trace, nest, split_events
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
 from opatlas.analyze.tables import fmt_si
@@ -40,6 +40,8 @@ COLUMNS = [
     Column(key="pass", label="pass", role="id"),
     Column(key="name", label="profiled as", role="text"),
     Column(key="group", label="device", role="group"),
+    Column(key="dtype", label="dtype", role="text",
+           help="the dtype whose peaks the row is rated against (its inputs' word size)"),
     Column(key="calls", label="calls", role="count"),
     Column(key="time_s", label="time", role="measured", unit="s",
            help="GPU kernel time of the op's launches, or the CPU ops' self time"),
@@ -83,8 +85,9 @@ def read(path: Path, options: ReadOptions) -> Analysis:
         raise OpatlasError(f"{path}: the trace was recorded without shapes: no operator event "
                            f"has 'Input Dims'. Record it with torch.profiler.profile("
                            f"record_shapes=True) so ops can be mapped and counted")
-    rows, busy, mode = _rows(ops, kernels, runtime)
+    rows, busy, mode, row_notes = _rows(ops, kernels, runtime)
     peaks, by_word, notes = _peaks(path, doc, rows, options)
+    notes += row_notes
     notes += _cpu_only(len(kernels), peaks)
     notes += _unmapped(rows, busy)
     analysed = _explain(rows, peaks, by_word, busy)
@@ -110,15 +113,20 @@ def _concat(a: Events, b: Events) -> Events:
                   np.concatenate([a.thread, b.thread]), a.args + b.args)
 
 
-def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, float, str]:
+def _rows(ops: Events, kernels: Events, runtime: Events
+          ) -> tuple[pd.DataFrame, float, str, list[str]]:
     ev = _concat(ops, runtime)  # launches nest in the op that made them
     order, parent, self_time = nest(ev)
     names = [ev.name[j] for j in order]
+    args = [ev.args[j] for j in order]
     is_op = (order < len(ops)).tolist()
     owner = np.full(len(order), -1, dtype=np.int64)
+    root = np.arange(len(order))  # each event's top-level ancestor (itself at the top)
     backward = np.zeros(len(order), dtype=bool)
     mapped: dict[int, Mapped] = {}
+    labels: dict[int, str] = {}  # a row's name where it is not the event's
     cache: dict[tuple[str, ...], Mapped | None] = {}
+    notes: list[str] = []
     par = parent.tolist()
     has_child = np.zeros(len(order), dtype=bool)
     has_child[parent[parent >= 0]] = True
@@ -126,35 +134,29 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
         p = par[i]
         backward[i] = (p >= 0 and backward[p]) or name.startswith(BACKWARD_MARKS[0]) \
             or name.endswith(BACKWARD_MARKS[1:])
+        if p >= 0:
+            root[i] = root[p]
         if p >= 0 and owner[p] >= 0:
-            owner[i] = owner[p]
+            cast = _autocast_cast(name, args[i], args[p], mapped.get(p), notes) \
+                if is_op[i] and owner[p] == p else None
+            if cast is None:
+                owner[i] = owner[p]
+            else:  # its own row: the op it casts for is timed by its own kernels
+                owner[i], labels[i] = i, f"{name}{CAST_LABEL}"
+                mapped[i] = backward_of(cast) if backward[i] else cast
             continue
-        m = _mapped(name, ev.args[order[i]], cache) if is_op[i] else None
+        m = _mapped(name, args[i], cache) if is_op[i] else None
         if m is not None and m.op in NO_OP_WITHOUT_CHILDREN and not has_child[i]:
             m = None
         if m is not None:
             owner[i] = i
             mapped[i] = backward_of(m) if backward[i] and m.pass_ == "fwd" else m
+    _loss_backward(mapped, names, args, par, owner, backward)
     acc: dict[Any, list[float]] = defaultdict(lambda: [0.0, 0.0])  # key -> [time, calls]
     if len(kernels):
         mode = "GPU kernel time of each op's launches"
         busy = float(kernels.dur.sum())
-        pos_of = np.empty(len(order), dtype=np.int64)
-        pos_of[order] = np.arange(len(order))
-        launch = {}
-        for j in range(len(ops), len(ev)):
-            corr = ev.args[j].get("correlation")
-            if corr is not None:
-                launch[corr] = pos_of[j]
-        for k in range(len(kernels)):
-            i = launch.get(kernels.args[k].get("correlation"))
-            if i is None:  # its launch is not in the trace: each kernel is a call
-                key: Any = ("other", f"kernel {kernels.name[k]}")
-                acc[key][1] += 1
-            else:
-                key = owner[i] if owner[i] >= 0 else ("other", names[par[i]] if par[i] >= 0
-                                                      else names[i])
-            acc[key][0] += kernels.dur[k]
+        _kernel_times(acc, kernels, ev, order, len(ops), owner, names, par, root)
     else:
         mode = "CPU self time of each op"
         busy = float(ev.dur[order][parent < 0].sum())
@@ -162,14 +164,110 @@ def _rows(ops: Events, kernels: Events, runtime: Events) -> tuple[pd.DataFrame, 
         for i in range(len(order)):
             key = owner[i] if owner[i] >= 0 else ("other", names[i])
             acc[key][0] += st[i]
+        for i, name in enumerate(names):
+            if owner[i] < 0:
+                acc[("other", name)][1] += 1
     for i in mapped:
         acc[i][1] += 1  # calls: each owner is one call
-    for i, name in enumerate(names):
-        if owner[i] < 0:
-            key = ("other", name)
-            if key in acc:
-                acc[key][1] += 1
-    return _table(acc, mapped, names, bool(len(kernels))), busy * 1e-6, mode
+    table = _table(acc, mapped, [labels.get(i, n) for i, n in enumerate(names)],
+                   bool(len(kernels)))
+    return table, busy * 1e-6, mode, notes + _no_kernel(table)
+
+
+CASTS = {"aten::to", "aten::_to_copy"}
+CAST_LABEL = " (autocast)"
+EVALUATE = "autograd::engine::evaluate_function: "
+# the limiter of an op row of a GPU trace whose calls launched no kernel (an optimizer's step
+# counters on CPU tensors): its work, if any, was done on the host
+NO_KERNEL = "no GPU kernel"
+
+
+def _autocast_cast(name: str, args: dict[str, Any], owner_args: dict[str, Any],
+                   owner: Mapped | None, notes: list[str]) -> Mapped | None:
+    """The cast row of an ``aten::to`` that autocast called inside the mapped op it
+    re-dispatched (the outer event, :data:`AUTOCAST_TYPES` set, encloses the casts of its
+    inputs, then the op on the cast inputs), else None. A cast that an op asks for itself
+    (softmax's dtype) stays the op's: its bytes count the op's output dtype."""
+    if name not in CASTS or owner is None or AUTOCAST_TYPES not in owner_args:
+        return None
+    cast, recorded = cast_op(args, owner.word)
+    if not recorded:
+        note = (f"{name} under {owner.op}: its target dtype was not recorded ('Concrete "
+                f"Inputs'); its bytes take the {owner.word}-byte word that {owner.op} ran with")
+        if note not in notes:
+            notes.append(note)
+    return cast
+
+
+def _loss_backward(mapped: dict[int, Mapped], names: list[str], args: list[dict[str, Any]],
+                   par: list[int], owner: np.ndarray, backward: np.ndarray) -> None:
+    """A softmax backward whose forward was a cross-entropy's log-softmax is that
+    cross-entropy's backward: the autograd node's sequence number names the forward events
+    it differentiates, and the mapped op that holds them."""
+    fwd: dict[str, str] = {}
+    for i, a in enumerate(args):
+        seq = a.get("Sequence number")
+        if seq is not None and owner[i] >= 0 and not backward[i]:
+            fwd.setdefault(str(seq), mapped[int(owner[i])].op)
+    for i, m in list(mapped.items()):
+        if m.op != "softmax" or m.pass_ != "bwd":
+            continue
+        up = par[i]
+        while up >= 0 and not names[up].endswith(BACKWARD_MARKS[1:]):
+            up = par[up]
+        seq = args[up].get("Sequence number") if up >= 0 else None
+        if seq is not None and fwd.get(str(seq)) == "cross_entropy":
+            mapped[i] = dataclasses.replace(m, op="cross_entropy")
+
+
+def _kernel_times(acc: dict[Any, list[float]], kernels: Events, ev: Events, order: np.ndarray,
+                  n_ops: int, owner: np.ndarray, names: list[str], par: list[int],
+                  root: np.ndarray) -> None:
+    """Each kernel's time to the row of the op that launched it (kernel -> runtime launch by
+    correlation id). An unmapped launching op's row is named by its top-level event too (the
+    autograd node, or the op it was called in: "ToCopyBackward0 > aten::copy_"), so that
+    different work done by the same aten op makes different rows; its calls are the
+    launching events."""
+    pos_of = np.empty(len(order), dtype=np.int64)
+    pos_of[order] = np.arange(len(order))
+    launch = {}
+    for j in range(n_ops, len(ev)):
+        corr = ev.args[j].get("correlation")
+        if corr is not None:
+            launch[corr] = int(pos_of[j])
+    callers: dict[Any, set[int]] = defaultdict(set)
+    for k in range(len(kernels)):
+        i = launch.get(kernels.args[k].get("correlation"))
+        if i is None:  # its launch is not in the trace: each kernel is a call
+            key: Any = ("other", f"kernel {kernels.name[k]}")
+            acc[key][1] += 1
+        elif owner[i] >= 0:
+            key = int(owner[i])
+        else:
+            inner = par[i] if par[i] >= 0 else i
+            key = ("other", _other_name(names, inner, int(root[inner])))
+            callers[key].add(inner)
+        acc[key][0] += kernels.dur[k]
+    for key, who in callers.items():
+        acc[key][1] += len(who)
+
+
+def _other_name(names: list[str], inner: int, top: int) -> str:
+    """An unmapped op's row name: "OUTER > INNER" where its top-level event (an autograd
+    node's, or an op's) is another, else its own name."""
+    outer = names[top].removeprefix(EVALUATE)
+    return names[inner] if outer == names[inner] else f"{outer} > {names[inner]}"
+
+
+def _no_kernel(rows: pd.DataFrame) -> list[str]:
+    """A note naming the op rows labelled :data:`NO_KERNEL`."""
+    idle = rows[rows["limiter"] == NO_KERNEL]
+    if idle.empty:
+        return []
+    named = ", ".join(sorted(set(idle["name"])))
+    return [f"{len(idle)} op row(s) launched no GPU kernel ({named}): their work ran on the "
+            f"host (CPU tensors, such as an optimizer's step counters); they have no GPU time "
+            f"and no bound, labelled '{NO_KERNEL}'"]
 
 
 def _mapped(name: str, args: dict[str, Any], cache: dict[tuple[str, ...], Mapped | None]
@@ -209,6 +307,9 @@ def _table(acc: dict[Any, list[float]], mapped: dict[int, Mapped], names: list[s
         row["time_s"] += t * 1e-6
     df = pd.DataFrame(list(grouped.values()))
     df["group"] = "gpu" if gpu else "cpu"
+    if gpu:  # an op of a GPU trace that launched no kernel: said, not rated
+        idle = (df["op"] != "other") & (df["time_s"] <= 0)
+        df["limiter"] = df["limiter"].astype(object).where(~idle, NO_KERNEL)
     return df.sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
