@@ -31,14 +31,18 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
                    y_end: float | None = None, plot_min: bool = False, all_points: bool = False,
                    gpu_data: pd.DataFrame | None = None, coefficient: float = 1.0,
                    figsize: tuple[float, float] = (3.2, 3.2), title: str | None = None,
-                   coefficients: Sequence[float] = (), steps: bool = False) -> Path:
+                   coefficients: Sequence[float] = (), steps: bool = False,
+                   xlabel: str | None = None, ylabel: str | None = None,
+                   gpu_spread: float = 0.0, legend_loc: str = "best") -> Path:
     """Accesses (or OI) vs buffer size, one line per problem; optional algo min/max lines,
     the scatter of every tiling's best accesses, and measured GPU traffic.
 
     ``coefficients`` (bytes per word) overrides ``coefficient`` curve by curve: the same
     frontier drawn for 4-byte and for 2-byte words is two curves. ``steps`` draws each curve
     as the step function it is (the bound at B is the last point at or below B) instead of
-    joining its points."""
+    joining its points. ``xlabel``/``ylabel`` replace the default axis names;
+    ``gpu_spread`` > 0 spreads GPU points that share an L2 size sideways (see
+    :func:`_scatter_gpu`); ``legend_loc`` is matplotlib's legend ``loc``."""
     fig, ax = plt.subplots(figsize=figsize, dpi=150)
     for i, f in enumerate(frontiers):
         label = legends[i] if i < len(legends) else f.einsum.name
@@ -54,44 +58,90 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
         ax.axvline(1, ls=":", color="grey", lw=1)
         ax.axvline(f.einsum.total_operand_size * coefficient, ls=":", color="grey", lw=1)
     if gpu_data is not None and len(gpu_data):
-        _scatter_gpu(ax, gpu_data)
+        _scatter_gpu(ax, gpu_data, gpu_spread)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
-    ax.set_xlabel(f"Buffer Size ({'B' if coefficient == 1 else 'bytes'})")
-    ax.set_ylabel("Backing Store Accesses (B)" if metric == "accesses" else "Op Intensity (Op/B)")
+    ax.set_xlabel(xlabel or f"Buffer Size ({'B' if coefficient == 1 else 'bytes'})")
+    ax.set_ylabel(ylabel or ("Backing Store Accesses (B)" if metric == "accesses"
+                             else "Op Intensity (Op/B)"))
     if xlim:
         ax.set_xlim(*xlim)
     if ylim:
         ax.set_ylim(*ylim)
-    return _finish(fig, ax, path, title)
+    return _finish(fig, ax, path, title, legend_loc)
 
 
-# (source, kernel): (marker, colour); seed points keep the artifact's look
-GPU_STYLES = {("seed", "simt"): ("o", "tab:blue"), ("seed", "tensor"): ("x", "tab:green"),
-              ("measured", "simt"): ("P", "tab:red"), ("measured", "tf32"): ("s", "tab:purple"),
-              ("measured", "bf16"): ("D", "tab:orange")}
+# (source, kernel): marker, colour, size, filled. Shapes and sizes differ so that points at
+# one L2 size (the seed's H100 simt and tensor, our simt: 373-376 MiB) stay apart: the
+# seed's are hollow and larger, ours filled and smaller, drawn over them.
+GPU_STYLES = {("seed", "simt"): ("o", "tab:blue", 36, False),
+              ("seed", "tensor"): ("s", "tab:green", 30, False),
+              ("measured", "simt"): ("P", "tab:red", 28, True),
+              ("measured", "tf32"): ("^", "tab:purple", 24, True),
+              ("measured", "bf16"): ("D", "tab:orange", 22, True)}
+OTHER_GPU_STYLE = ("v", "tab:brown", 30, True)
 
 
-def _scatter_gpu(ax, gpu_data: pd.DataFrame) -> None:
+def _scatter_gpu(ax, gpu_data: pd.DataFrame, spread: float = 0.0) -> None:
     """GPU DRAM bytes at each GPU's L2 size: one legend entry per ``label`` (when the frame
-    has one), else per kernel and seed-or-measured."""
+    has one), else per kernel and seed-or-measured.
+
+    With ``spread`` > 0 the points that would cover each other (one L2 size, DRAM bytes
+    within 8%) stand side by side, x scaled by exp(spread·k) for k = -(n-1)/2 .. (n-1)/2
+    from the fewest bytes up (:func:`_side_by_side`), and a dotted line with the GPU's name
+    marks the true L2 size they are read at."""
     data = gpu_data.copy()
     if "source" not in data:
         data["source"] = ["seed" if "artifact" in h else "measured" for h in data["how"]]
     if "label" not in data:
         data["label"] = [f"GPU {k} ({s})" for k, s in zip(data["kernel"], data["source"],
                                                            strict=True)]
+    x = data["l2_bytes"].astype(float)
+    if spread > 0:
+        x = x * np.exp(spread * _side_by_side(data))
+        _mark_l2_sizes(ax, data)
     for label, g in data.groupby("label", sort=False):
-        marker, color = GPU_STYLES.get((g["source"].iloc[0], g["kernel"].iloc[0]),
-                                       ("^", "tab:red"))
-        ax.scatter(g["l2_bytes"], g["dram_bytes"], marker=marker, color=color, zorder=4,
-                   label=label)
+        marker, color, size, filled = GPU_STYLES.get(
+            (g["source"].iloc[0], g["kernel"].iloc[0]), OTHER_GPU_STYLE)
+        ax.scatter(x[g.index], g["dram_bytes"], marker=marker, s=size,
+                   facecolors=color if filled else "none",
+                   edgecolors=color, linewidths=1.0 if filled else 1.2,
+                   zorder=5 if filled else 4, label=label)
 
 
-def _finish(fig, ax, path: Path, title: str | None) -> Path:
+def _side_by_side(data: pd.DataFrame, close: float = 1.08) -> np.ndarray:
+    """For each row, its place in its cluster, centred on 0: a cluster is the labels at one
+    L2 size whose DRAM bytes lie within a factor ``close`` of the next (points that would
+    cover each other); a point alone keeps place 0, at its true L2 size."""
+    place = np.zeros(len(data))
+    for _, g in data.groupby("l2_bytes", sort=False):
+        ys = g.groupby("label", sort=False)["dram_bytes"].mean().sort_values()
+        clusters: list[list[str]] = []
+        for label, y in ys.items():
+            if clusters and y <= ys[clusters[-1][-1]] * close:
+                clusters[-1].append(label)
+            else:
+                clusters.append([label])
+        where = {lab: i - (len(c) - 1) / 2 for c in clusters for i, lab in enumerate(c)}
+        place[data.index.get_indexer(g.index)] = [where[lab] for lab in g["label"]]
+    return place
+
+
+def _mark_l2_sizes(ax, data: pd.DataFrame) -> None:
+    """A dotted line at each L2 size, named by the GPUs that have it."""
+    names = "gpu_short" if "gpu_short" in data else "gpu"
+    for l2, g in data.groupby("l2_bytes"):
+        ax.axvline(float(l2), ls=":", lw=0.8, color="grey", zorder=1)
+        ax.annotate("/".join(dict.fromkeys(g[names].astype(str))), (float(l2), 0.0),
+                    xycoords=("data", "axes fraction"), xytext=(-1, 3),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=6,
+                    color="dimgrey", rotation=90)
+
+
+def _finish(fig, ax, path: Path, title: str | None, legend_loc: str = "best") -> Path:
     if title:
         ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc=legend_loc)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, path)
