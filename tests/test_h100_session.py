@@ -57,8 +57,38 @@ def test_repeats_are_not_compared_under_the_same_min_time():
     filled = json.dumps({"min_time_ms": "10"})
     assert setting_changes(473, filled, 20, filled) == []
     assert setting_changes(473, "{}", 20, "{}") == ["repeats 473 (this run: 20)"]
-    changes = setting_changes(473, filled, 20, json.dumps({"min_time_ms": "20"}))
-    assert "repeats 473 (this run: 20)" in changes and "min_time_ms 10 (this run: 20)" in changes
+    # another min_time_ms is the difference; the stored counts are fill results, not settings
+    assert setting_changes(473, filled, 20, json.dumps({"min_time_ms": "20"})) == \
+        ["min_time_ms 10 (this run: 20)"]
+    # fewer samples stored than this run asks for is a difference under any fill
+    assert setting_changes(5, filled, 9, filled) == ["repeats 5 (this run: at least 9)"]
+    assert setting_changes(5, "{}", 9, filled) == \
+        ["repeats 5 (this run: at least 9)", "min_time_ms unset (this run: 10)"]
+
+
+def test_min_time_ms_out_of_range_is_refused():
+    for bad in ("1e-9", "1e9"):
+        with pytest.raises(OpatlasError, match=r"min_time_ms must be 0 \(off\) or from 0\.001 to"):
+            get_backend("cpu", min_time_ms=bad)
+
+
+def test_predict_on_h100_data_picks_its_one_device(capsys):
+    from conftest import cli_in_process
+
+    code, out, err = cli_in_process(
+        capsys, "predict", "rmsnorm", "--data", "h100", "--shape", "b=1,l=4096,dim=4096")
+    assert code == 0, err
+    assert "holds one device: H100-SXM5-80GB fp16" in err
+    assert out.startswith("rmsnorm fwd: ")
+
+
+def test_import_takes_the_h100_name(capsys, tmp_path):
+    from conftest import cli_in_process
+
+    code, out, err = cli_in_process(capsys, "import", "ett-samples", "h100", "--store",
+                                    str(tmp_path / "h.duckdb"))
+    assert code == 0, err
+    assert "from 39 files" in out
 
 
 # --- the bundled H100 dataset ---------------------------------------------------------------

@@ -58,6 +58,7 @@ class Backend:
 
 
 MAX_FILL_REPEATS = 10_000  # a pass timed for min_time_ms never takes more samples than this
+MIN_TIME_MS = (0.001, 60_000.0)  # min_time_ms's range: 1 µs (less rounds to off) to a minute
 
 
 def min_time_ns(value: float | str | None) -> int:
@@ -70,6 +71,9 @@ def min_time_ns(value: float | str | None) -> int:
         raise ValueError(f"min_time_ms must be a number of milliseconds, got {value!r}") from None
     if not math.isfinite(ms) or ms < 0:
         raise ValueError(f"min_time_ms must be >= 0 (0: off), got {value!r}")
+    if ms and not MIN_TIME_MS[0] <= ms <= MIN_TIME_MS[1]:
+        raise ValueError(f"min_time_ms must be 0 (off) or from {MIN_TIME_MS[0]:g} to "
+                         f"{MIN_TIME_MS[1]:g} (a minute per pass), got {value!r}")
     return int(ms * 1e6)
 
 

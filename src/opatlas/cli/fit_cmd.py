@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def fit(
     data: str = typer.Option("bundled", "--data", help="Store file, folder of estimate-train-"
                                                        "time CSVs (or one of them), or "
-                                                       "'bundled' (A100)."),
+                                                       "'bundled' (A100) or 'h100'."),
     recipe: str = typer.Option("hybrid", "--recipe", help="hybrid | gbm | ett | reshard"),
     op: list[str] | None = typer.Option(None, "--op", help="Only these ops (repeatable)."),
     split: str = typer.Option("random", "--split",
@@ -456,7 +456,7 @@ def predict(
                                                              "default hybrid, with --models "
                                                              "the first of them saved)."),
     data: str | None = typer.Option(None, "--data", help="Samples: 'bundled' (A100, the "
-                                                         "default), a results store, a folder "
+                                                         "default), 'h100', a results store, a folder "
                                                          "of estimate-train-time CSVs or one "
                                                          "of them ({GPU}_{op}_{precision}"
                                                          ".csv)."),

@@ -364,7 +364,8 @@ def _said_if_interrupted(st: Store, store: Path) -> Iterator[None]:
 @import_app.command("ett-samples")
 def import_ett(
     directory: str = typer.Argument("bundled", help="Folder of estimate-train-time sampling "
-                                                    "CSVs, or 'bundled' for the A100 dataset."),
+                                                    "CSVs, or a bundled dataset: 'bundled' "
+                                                    "(A100) or 'h100'."),
     store: Path = StoreOpt,
 ) -> None:
     """Read estimate-train-time operator and NCCL sampling CSVs into the store.
@@ -375,10 +376,12 @@ def import_ett(
 
         opatlas import ett-samples bundled --store a100.duckdb
     """
+    from opatlas.samples import BUNDLED_OPS
     from opatlas.store.ett import bundled_dataset, import_ett_samples
     from opatlas.store.writing import store_for_writing
 
-    path = bundled_dataset() if directory == "bundled" else Path(directory)
+    bundled = directory in BUNDLED_OPS and not Path(directory).exists()
+    path = bundled_dataset(BUNDLED_OPS[directory]) if bundled else Path(directory)
     with store_for_writing(store) as st, _said_if_interrupted(st, store):
         added = import_ett_samples(st, path)
     typer.echo(f"added {sum(added.values())} rows from {len(added)} files to {store}")

@@ -38,7 +38,8 @@ def run(
     backend_opt: list[str] | None = typer.Option(
         None, "--backend-opt", help="Backend option key=value, repeatable. cpu: threads=N "
                                     "(PyTorch's intra-op threads); cuda: "
-                                    "timing=events|profiler, graphs=1, flush_l2=1; "
+                                    "timing=events|profiler, graphs=1, flush_l2=1; both: "
+                                    "min_time_ms=T (time each pass for at least T ms); "
                                     "wormhole-sim: params=FILE (from opatlas calibrate)."),
     store: Path = StoreOpt,
     repeats: int | None = typer.Option(None, "--repeats", min=1,

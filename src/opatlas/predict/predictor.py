@@ -97,16 +97,24 @@ class Predictor:
 
     def take_only_holding(self, device: str | None, dtype: str | None) -> str | None:
         """Where the device or dtype was not given (None) and the defaults have no data, but
-        the data holds one (device, dtype) that agrees with what was given: predict on it.
+        the data holds one device that agrees with what was given, and on it the default dtype
+        or one dtype that agrees: predict on it.
         Returns the note that says so, None when nothing was chosen."""
-        if self.index.has_device(device_key(self.device), self.dtype):
+        if self.index.has_device(device_key(self.device), self.dtype) or \
+                (device is not None and dtype is not None):
             return None
-        fits = [(d, t) for d, t in self.holdings()
-                if (device is None or d == device_key(device)) and dtype in (None, t)]
-        if len(fits) != 1 or (device is not None and dtype is not None):
+        held = self.holdings()
+        devices = sorted({d for d, _ in held if device is None or d == device_key(device)})
+        if len(devices) != 1:
             return None
-        self.device, self.dtype = fits[0]
-        return (f"the data holds one device and dtype: {self.device} {self.dtype}, predicted on "
+        dtypes = [t for d, t in held if d == devices[0] and dtype in (None, t)]
+        if dtype is None and self.dtype in dtypes:  # the default dtype, on the one device
+            dtypes = [self.dtype]
+        if len(dtypes) != 1:
+            return None
+        self.device, self.dtype = devices[0], dtypes[0]
+        what = "device and dtype" if len(held) == 1 else "device"
+        return (f"the data holds one {what}: {self.device} {self.dtype}, predicted on "
                 f"(--device, --dtype to name them)")
 
     def check_device(self, device: str | None = None, dtype: str | None = None) -> None:

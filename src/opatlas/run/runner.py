@@ -230,16 +230,19 @@ _FIXED_SAMPLES = {"wormhole-sim": 1}
 def setting_changes(repeats: int, versions_json: str, now_repeats: int, now_versions: str
                     ) -> list[str]:
     """How stored rows' settings (repeats, ``versions_json``) differ from this run's, one
-    phrase each: ``repeats 5 (this run: 9)``, ``threads 1 (this run: 2)``. Under the same
-    ``min_time_ms`` the repeats follow each op's duration, so they are not compared."""
+    phrase each: ``repeats 5 (this run: 9)``, ``threads 1 (this run: 2)``. Under
+    ``min_time_ms`` (either side) a stored count is the fill's result, at least the repeats
+    asked: only fewer samples than this run asks for is a difference."""
     try:
         old, new = json.loads(versions_json or "{}"), json.loads(now_versions)
     except ValueError:  # not ours to judge: an import's free text
         old, new = None, {}
-    filled = isinstance(old, dict) and old.get("min_time_ms") is not None \
-        and old.get("min_time_ms") == new.get("min_time_ms")
-    out = [f"repeats {repeats} (this run: {now_repeats})"] \
-        if repeats != now_repeats and not filled else []
+    filled = any(isinstance(v, dict) and v.get("min_time_ms") is not None for v in (old, new))
+    if filled:
+        out = [f"repeats {repeats} (this run: at least {now_repeats})"] \
+            if repeats < now_repeats else []
+    else:
+        out = [f"repeats {repeats} (this run: {now_repeats})"] if repeats != now_repeats else []
     if not isinstance(old, dict):
         return out
     for key in sorted(set(old) | set(new)):
