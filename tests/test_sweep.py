@@ -145,13 +145,21 @@ def test_gpu_session_script_dry_run_on_cpu(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHON=sys.executable, BACKEND="cpu", STEPS="sweep", WHEELS="",
                SPECS="llm-rmsnorm", WHERE="b == 1 and l == 2048 and dim == 2048",
-               OUT=str(tmp_path / "out"), STORE=str(tmp_path / "work" / "s.duckdb"))
+               OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"),
+               STORE=str(tmp_path / "work" / "s.duckdb"))
     for _ in range(2):
         proc = subprocess.run(["bash", str(root / "scripts" / "gpu_session.sh")], env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
     assert "2 already in the store; ran 0" in proc.stdout
-    with Store(tmp_path / "out" / "s.duckdb", read_only=True) as st:
+    # what comes back from a device: one packed file (the device tool brings back 8 at most)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gpu-session.tgz.aa"]
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(["tar", "xzf", str(tmp_path / "out" / "gpu-session.tgz.aa"), "-C",
+                    str(unpacked)], check=True)
+    assert (unpacked / "sweep.txt").read_text().count("== llm-rmsnorm") == 2
+    with Store(unpacked / "s.duckdb", read_only=True) as st:
         res = st.results()
     assert len(res) == 4 and set(res["dtype"]) == {"bf16", "fp16"}  # 2 vectors × fwd, bwd
     assert (res["status"] == "ok").all()
