@@ -6,8 +6,9 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -28,17 +29,21 @@ FORMATS = ("table", "csv", "json", "parquet", "ett")
 def results(
     store: Path = StoreOpt,
     fmt: str | None = typer.Option(
-        None, "--format", help="table | csv | json | parquet | ett (upstream CSVs, needs --out "
-                               "DIR); default: from --out's extension, else table"),
+        None, "--format", help="table | csv | json | parquet | ett (upstream CSVs of every ok "
+                               "row, needs --out DIR); default: from --out's extension, else "
+                               "table"),
     out: str | None = typer.Option(
         None, "--out", help="Write to this file instead of stdout: .csv, .json, .parquet or .pq "
                             "(the format follows), .txt or no extension (a text table), or "
                             "'-' (stdout); a folder for --format ett."),
-    op: str | None = typer.Option(None, "--op", help="Only this op."),
-    status: str | None = typer.Option(None, "--status", help="Only rows with this status."),
+    op: str | None = typer.Option(None, "--op", help="Only this op (and rows filed under its "
+                                                     "aliases); not with --format ett."),
+    status: str | None = typer.Option(None, "--status", help="Only rows with this status; "
+                                                             "not with --format ett."),
     limit: int | None = typer.Option(
-        None, "--limit", min=0, help="At most this many rows, in any format (0: all); "
-                                     "default: 50 for --format table, else all."),
+        None, "--limit", min=0, help="At most this many rows (0: all); default: 50 for "
+                                     "--format table, else all. Not with --format ett, which "
+                                     "writes every ok row."),
 ) -> None:
     """Print or export the results table.
 
@@ -68,7 +73,7 @@ def results(
     elif fmt == "csv":
         _emit(df.to_csv(index=False), path)
     elif fmt == "json":
-        _emit(df.to_json(orient="records", date_format="iso"), path)
+        _emit(json_records(df), path)
     else:
         from opatlas.atomic import write_output
 
@@ -82,7 +87,8 @@ TABLE_ROWS = 50  # what --format table shows when no --limit is given
 def _read(store: Path, fmt: str, op: str | None, status: str | None, limit: int | None
           ) -> tuple[pd.DataFrame, int, list[str]]:
     """The rows asked for (at most ``limit``; 0 or None: all, but 50 for the text table when
-    no limit is given), the count of all that match, and the columns the table shows too."""
+    no limit is given), the count of all that match, and the columns the table shows too.
+    ``op``: as the store files it (:func:`_as_stored`), maybe several names."""
     from opatlas.store import Store
     from opatlas.store.db import plain_errors
 
@@ -90,12 +96,12 @@ def _read(store: Path, fmt: str, op: str | None, status: str | None, limit: int 
         limit = TABLE_ROWS
     with Store(store, read_only=True) as st, plain_errors(store):
         stored = st.ops()
-        op, params = _as_stored(op, stored)
-        _check_op(op, stored)
-        total = st.count_results(op, status, params)
-        df = st.results(op=op, status=status, params=params, limit=limit or None,
+        ops, params = _as_stored(op, stored)
+        _check_op(ops[0] if len(ops) == 1 else None, stored)
+        total = st.count_results(ops, status, params)
+        df = st.results(op=ops, status=status, params=params, limit=limit or None,
                         by_params=fmt == "table")
-        varying = _varying(st, op, status) if fmt == "table" else []
+        varying = _varying(st, ops, status) if fmt == "table" else []
     return df, total, varying
 
 
@@ -132,24 +138,42 @@ def _export_ett(store: Path, out: Path, *, op: str | None, status: str | None,
         typer.echo(str(written))
 
 
-def _as_stored(op: str | None, stored: list[str]) -> tuple[str | None, ParamFilter | None]:
-    """``--op`` as the store files it: a catalog op and an estimate-train-time name of it
-    (``flash_attention``, ``flash_atten``) are one op; an alias that fixes parameters
-    (``linear1``: a linear of role qkv) filed under another name keeps only the rows with
-    those values. Said when they differ."""
-    if op is None or op in stored:
-        return op, None
+def _as_stored(op: str | None, stored: list[str]) -> tuple[list[str], ParamFilter | None]:
+    """``--op`` as the store files it, as the names to read (none: every op): a catalog op and
+    an estimate-train-time name of it (``flash_attention``, ``flash_atten``) are one op; an
+    alias that fixes parameters (``linear1``: a linear of role qkv) filed under another name
+    keeps only the rows with those values; a catalog op filed under several of its aliases
+    (``linear`` as ``linear1`` .. ``linear_final``) reads all of them. Said when they differ."""
+    if op is None:
+        return [], None
+    if op in stored:
+        return [op], None
     from opatlas.ops.registry import filed_as, get_op
     from opatlas.store.db import ParamFilter
 
     same = filed_as(op, stored)
-    if len(same) != 1:  # none, or several (linear1..4 are all linear): the names say more
-        return op, None
+    if len(same) > 1:
+        return _several_aliases(op, same), None
+    if not same:
+        return [op], None  # refused by _check_op, naming what the store has
     name, values = same[0]
     rows = f" (its rows with {', '.join(f'{k}={v}' for k, v in values.items())})" \
         if values else ""
     typer.echo(f"note: --op {op}: the store files it as {name!r}{rows}", err=True)
-    return name, ParamFilter(values, get_op(op)[0].defaults) if values else None
+    return [name], ParamFilter(values, get_op(op)[0].defaults) if values else None
+
+
+def _several_aliases(op: str, same: list[tuple[str, dict]]) -> list[str]:
+    """The stored names of ``op`` when it is filed under several (:func:`filed_as`): all of
+    them, said on stderr, when each holds ``op``'s rows whole; refused, naming them, when
+    some would keep only rows with certain values (one filter cannot serve several names)."""
+    names = [name for name, _ in same]
+    listed = ", ".join(names)
+    if any(values for _, values in same):
+        raise OpatlasError(f"--op {op}: {op} is stored under its aliases {listed}: give one")
+    typer.echo(f"note: --op {op}: the store files it under its aliases {listed}; "
+               f"reading the rows of all of them", err=True)
+    return names
 
 
 BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
@@ -196,6 +220,34 @@ def _out_path(out: str | None, fmt: str) -> Path | None:
     return path
 
 
+def json_records(df: pd.DataFrame) -> str:
+    """``df`` as a JSON list of records that reads back exactly: floats as Python writes
+    them (the shortest text of the same double; pandas' writer keeps 10 decimals), times as
+    ISO 8601 with microseconds (pandas': milliseconds), a missing value as null."""
+    cols = [str(c) for c in df.columns]
+    records = [dict(zip(cols, map(_json_value, row), strict=True))
+               for row in df.itertuples(index=False, name=None)]
+    return json.dumps(records, allow_nan=False)
+
+
+def _json_value(value: object) -> object:
+    """One cell as a JSON-ready Python value (see :func:`json_records`)."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, list | dict | tuple):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if value is None or pd.isna(value):
+        return None
+    if isinstance(value, datetime):  # pd.Timestamp too
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def _emit(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=not text.endswith("\n"))  # CSV ends with its own newline
@@ -223,13 +275,16 @@ def _nonzero(value: object) -> bool:
     return _known(value) and bool(value)
 
 
-def _varying(st: Store, op: str | None, status: str | None) -> list[str]:
-    """Which of device and dtype take several values in the rows asked for (``--op``,
-    ``--status``): the table shows those, else a shape's rows on each read the same."""
-    where = " AND ".join(c for c, v in (("op = ?", op), ("status = ?", status)) if v)
+def _varying(st: Store, ops: list[str], status: str | None) -> list[str]:
+    """Which of device and dtype take several values in the rows asked for (``--op``, as
+    the store files it, ``--status``): the table shows those, else a shape's rows on each
+    read the same."""
+    conds = [f"op IN ({', '.join('?' * len(ops))})"] if ops else []
+    conds += ["status = ?"] if status else []
+    where = " AND ".join(conds)
     counts = st.con.execute(f"SELECT count(DISTINCT device), count(DISTINCT dtype) FROM "
                             f"results{f' WHERE {where}' if where else ''}",
-                            [v for v in (op, status) if v]).fetchall()[0]
+                            [*ops, *([status] if status else [])]).fetchall()[0]
     return [k for k, n in zip(("device", "dtype"), counts, strict=True) if n > 1]
 
 
@@ -292,8 +347,16 @@ def _table_rows(df: pd.DataFrame, varying: list[str]) -> list[list[str]]:
                   if ok and _nonzero(med_ns) and _known(std_ns) else "-")
         rate = f"{flops / med_ns:.2f}" if ok and _nonzero(med_ns) and _nonzero(flops) else "-"
         rows.append([*(str(v) for v in head), short, str(status), med, spread,
-                     str(int(repeats)), rate])
+                     _count(repeats, ok), rate])
     return rows
+
+
+def _count(repeats: Any, ok: bool) -> str:
+    """The table's ``n``: ``?`` for a measured row that does not know it (0 or missing: a
+    value imported from someone's sample file), ``-`` for a failed one that lacks it."""
+    if _nonzero(repeats):
+        return str(int(repeats))
+    return "?" if ok else ("0" if _known(repeats) else "-")
 
 
 def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:

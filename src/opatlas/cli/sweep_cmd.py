@@ -26,7 +26,7 @@ def expand_cmd(
     parts: int = PartsOpt,
     part: int = PartOpt,
     out: Path | None = typer.Option(None, "--out", help="Write the valid vectors to a .json or "
-                                                        ".parquet file."),
+                                                        ".parquet (or .pq) file."),
     as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
     where: str | None = WhereOpt,
     ops_module: list[str] | None = OpsModuleOpt,
@@ -86,14 +86,18 @@ def _write_vectors(vectors: list, out: Path) -> None:
     from opatlas.atomic import write_output
 
     rows = [v.as_dict() for v in vectors]
-    if out.suffix == ".parquet":
+    suffix = out.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
         import pandas as pd
 
         write_output(out, lambda tmp: pd.DataFrame(rows).to_parquet(tmp, index=False))
-    elif out.suffix == ".json":
+    elif suffix == ".json":
         write_output(out, lambda tmp: tmp.write_text(json.dumps(rows, indent=1, default=str)))
     else:
-        raise OpatlasError(f"--out {out}: use a .json or .parquet file name")
+        raise OpatlasError(f"--out {out}: use a .json, .parquet or .pq file name")
+
+
+PARQUET_SUFFIXES = (".parquet", ".pq")  # as opatlas results and import results take them
 
 
 @app.command("export-tt")

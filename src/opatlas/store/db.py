@@ -163,7 +163,7 @@ def _insert_new_sql(table: str, columns: Sequence[str], key: Sequence[str], batc
 
 # what a result row measured: an import compares these with a stored row of its key
 MEASURED = ("status", "repeats", "mean_ns", "std_ns", "median_ns", "min_ns", "max_ns")
-_TIME_RTOL = 1e-9  # a JSON export keeps 10 decimals (pandas' default): a round trip is equal
+_TIME_RTOL = 1e-9  # older JSON exports (pandas') kept 10 decimals: still read as equal
 
 
 @dataclass(frozen=True)
@@ -628,12 +628,13 @@ class Store:
 
         return self._with_memory(read)
 
-    def results(self, *, op: str | None = None, where_sql: str | None = None,
+    def results(self, *, op: OpSelection = None, where_sql: str | None = None,
                 expand_params: bool = True, status: str | None = None,
                 limit: int | None = None, params: ParamFilter | None = None,
                 by_params: bool = False) -> pd.DataFrame:
         """Result rows (filters and the limit run in DuckDB, so huge stores stay cheap);
-        ``params``: only rows whose parameters have these values (:class:`ParamFilter`).
+        ``op``: one op, or any of several; ``params``: only rows whose parameters have these
+        values (:class:`ParamFilter`).
         Ordered by op, vector id and pass; ``by_params``: by op, pass and the parameters
         (:data:`PARAMS_ORDER`), then backend and device, as a reader looks for a shape."""
         sql = f"SELECT {_column_list(RESULT_COLUMNS)} FROM results"
@@ -658,7 +659,7 @@ class Store:
         cols = _column_list(_TABLES[name][0]) if name in _TABLES else "*"  # not key_hash
         return self._with_memory(lambda: self.con.execute(f"SELECT {cols} FROM {name}").df())
 
-    def count_results(self, op: str | None = None, status: str | None = None,
+    def count_results(self, op: OpSelection = None, status: str | None = None,
                       params: ParamFilter | None = None) -> int:
         conds, args = _result_conditions(op, status, params)
         where = (" WHERE " + " AND ".join(conds)) if conds else ""
@@ -679,12 +680,13 @@ class Store:
         """Write a table to Parquet or CSV (by the file suffix)."""
         path = Path(path)
         df = self.table(table)
-        if path.suffix == ".parquet":
+        suffix = path.suffix.lower()
+        if suffix in PARQUET_SUFFIXES:
             df.to_parquet(path, index=False)
-        elif path.suffix == ".csv":
+        elif suffix == ".csv":
             df.to_csv(path, index=False)
         else:
-            raise StoreError(f"export to {path}: use a .parquet or .csv file name")
+            raise StoreError(f"export to {path}: use a .parquet, .pq or .csv file name")
         return path
 
     def import_results_counted(self, path: str | os.PathLike[str]) -> ImportCounts:
@@ -747,10 +749,22 @@ class ParamFilter:
         return conds, args
 
 
-def _result_conditions(op: str | None, status: str | None, params: ParamFilter | None
+OpSelection = str | Sequence[str] | None  # one op, several (aliases of one), or all
+
+
+def _result_conditions(op: OpSelection, status: str | None, params: ParamFilter | None
                        ) -> tuple[list[str], list[Any]]:
-    conds = [c for c, v in (("op = ?", op), ("status = ?", status)) if v]
-    args: list[Any] = [v for v in (op, status) if v]
+    """SQL conditions (and their arguments) for rows of ``op`` (one name, or any of several),
+    of ``status``, and matching ``params``."""
+    ops = [op] if isinstance(op, str) else list(op or [])
+    conds: list[str] = []
+    args: list[Any] = []
+    if ops:
+        conds.append(f"op IN ({', '.join('?' * len(ops))})")
+        args += ops
+    if status:
+        conds.append("status = ?")
+        args.append(status)
     if params is not None:
         more, more_args = params.conditions()
         conds += more
@@ -758,22 +772,57 @@ def _result_conditions(op: str | None, status: str | None, params: ParamFilter |
     return conds, args
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 def read_exported(path: Path) -> pd.DataFrame:
-    """A results table exported by ``opatlas results`` (.parquet, .csv or .json)."""
+    """A results table exported by ``opatlas results`` (.parquet or .pq, .csv or .json)."""
     if not path.is_file():
         raise StoreError(f"{path}: no such file" + (" (a folder)" if path.is_dir() else ""))
     if _looks_like_duckdb(path):
         raise StoreError(f"{path} is a store, not an export: export it first (opatlas results "
                          f"--store {path} --format parquet --out part.parquet)")
-    readers = {".parquet": pd.read_parquet, ".json": lambda p: pd.read_json(p, orient="records"),
-               ".csv": pd.read_csv}
-    if path.suffix.lower() not in readers:
-        raise StoreError(f"{path}: expected a .parquet, .csv or .json file written by "
-                         f"opatlas results")
+    readers: dict[str, Callable[[Path], pd.DataFrame]] = {
+        **dict.fromkeys(PARQUET_SUFFIXES, pd.read_parquet), ".json": _read_json_records,
+        ".csv": pd.read_csv}
+    suffix = path.suffix.lower()
+    if suffix not in readers:
+        raise StoreError(f"{path}: expected a .parquet (or .pq), .csv or .json file written "
+                         f"by opatlas results")
     try:
-        return readers[path.suffix.lower()](path)
+        return readers[suffix](path)
+    except StoreError:
+        raise
     except Exception as exc:  # pyarrow/pandas raise many types
-        raise StoreError(f"cannot read {path} as {path.suffix.lower()[1:]}: {exc}") from None
+        raise StoreError(f"cannot read {path} as {suffix[1:]}: {exc}") from None
+
+
+def _read_json_records(path: Path) -> pd.DataFrame:
+    """A JSON export: a list of result records (objects), read with Python's ``json``, so
+    every number comes back as written (pandas' reader rounds floats to 15 digits). Anything
+    else (an object, ``null``, a list of non-objects) is refused in one line."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StoreError(f"cannot read {path} as json: {exc}") from None
+    if not isinstance(data, list):
+        got = _json_kind(data)
+    elif (odd := [r for r in data if not isinstance(r, dict)]):
+        got = f"a list holding {_json_kind(odd[0])}"
+    else:
+        return pd.DataFrame.from_records(data) if data else pd.DataFrame()
+    raise StoreError(f"{path}: not a results export: expected a JSON list of result records "
+                     f"(objects), got {got}")
+    return pd.DataFrame.from_records(data) if data else pd.DataFrame()
+
+
+def _json_kind(value: object) -> str:
+    """How a JSON value reads in an error: ``an object``, ``null``, ``a number`` ..."""
+    if value is None:
+        return "null"
+    kinds = ((dict, "an object"), (list, "a list"), (str, "a string"), (bool, "a boolean"),
+             (int | float, "a number"))
+    return next(k for t, k in kinds if isinstance(value, t))
 
 
 def expand_param_columns(df: pd.DataFrame) -> pd.DataFrame:

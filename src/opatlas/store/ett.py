@@ -3,8 +3,9 @@
 Operator files are ``{GPU}_{op}_{precision}.csv`` with shape columns then ``F_dur(us)`` and
 ``B_dur(us)`` (or one ``dur(us)``); NCCL files are ``{GPU}_{collective}_{precision}[_{nodes}_{gpn}]
 .csv`` with ``shape,nodes,GPUsPerNode,dur(us)``. Each imported value becomes one ``ok`` result
-row (mean = median = the upstream value, repeats 10: upstream's trimmed mean of 10 runs); a
-shape sampled more than once in a file is one row over its values (:func:`merge_repeats`).
+row (mean = median = the file's value); a shape sampled more than once in a file is one row over
+its values (:func:`merge_repeats`). How a value was measured is known for the bundled datasets
+only (:func:`sample_origin`): elsewhere the row says so, and its ``repeats`` is 0 (unknown).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ PASS_COLUMNS = {"F_dur(us)": "fwd", "B_dur(us)": "bwd", "dur(us)": "step", "dur"
 IMPORT_BACKEND = "ett-import"
 __all__ = ["EttExport", "bundled_dataset", "export_ett", "export_ett_report",
            "filed_device_name", "import_ett_samples", "merge_repeats", "parse_sample_name",
-           "read_sample_file"]
+           "read_sample_file", "sample_origin"]
 
 
 def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
@@ -56,6 +57,7 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
         raise StoreError(f"{path}: no column {lacking}")
     shapes = _shape_values(path, header, lines, shape_cols)
     times = [(col, header.index(col)) for col in pass_cols]
+    repeats, message = sample_origin(path)
     rows = []
     for (line, cells), params in zip(lines, shapes, strict=True):
         params["dtype"] = meta["prec"]
@@ -70,10 +72,31 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
             rows.append(ResultRow(
                 vector_id=vid, op=op, params_json=params_json(params), pass_=pass_,
                 backend=IMPORT_BACKEND, device=meta["gpu"], dtype=meta["prec"], status="ok",
-                repeats=10, mean_ns=ns, median_ns=ns, min_ns=ns, max_ns=ns, std_ns=None,
+                repeats=repeats, mean_ns=ns, median_ns=ns, min_ns=ns, max_ns=ns, std_ns=None,
                 flops=flops.get(pass_), min_bytes=nbytes.get(pass_),
-                message=f"imported from {path.name} (upstream trimmed mean of 10)"))
+                message=message))
     return rows
+
+
+# what the bundled datasets' values are (each folder's PROVENANCE.md): (repeats, how)
+BUNDLED_ORIGINS = {
+    "ett-a100": (10, "upstream trimmed mean (3rd to 7th smallest) of 10 runs"),
+    "h100": (10, "opatlas median of 10 (h100 dataset)"),
+}
+UNKNOWN_REPEATS = 0  # the store's count for a value whose repeats no one recorded
+
+
+def sample_origin(path: Path) -> tuple[int, str]:
+    """How the values of the sample file ``path`` were measured: (repeats, the rows' message).
+    Known for a file of a bundled dataset only; any other file's values may be anyone's (an
+    ``opatlas results --format ett`` export of a 5-repeat run, upstream's, a hand-made one):
+    ``repeats`` :data:`UNKNOWN_REPEATS` and said so, rather than a guess."""
+    resolved = path.resolve()
+    for name, origin in BUNDLED_ORIGINS.items():
+        with contextlib.suppress(StoreError):  # a dataset left out of this install
+            if resolved.is_relative_to(bundled_dataset(name).resolve()):
+                return origin[0], f"imported from {path.name} ({origin[1]})"
+    return UNKNOWN_REPEATS, f"value from {path.name}; repeats unknown"
 
 
 # cells read as "no value", as pandas reads them
@@ -155,7 +178,8 @@ def _time_us(path: Path, line: int, col: str, cell: str) -> float | None:
 def merge_repeats(rows: list[ResultRow]) -> tuple[list[ResultRow], int]:
     """One row per (vector, pass): a shape sampled more than once (upstream's flash_atten file
     has 85 such) becomes one row over all its values: median, mean, min and max of them,
-    ``repeats`` 10 per value. Returns the rows and how many shapes had repeats."""
+    ``repeats`` the sum of theirs (unknown, 0, stays so). Returns the rows and how many
+    shapes had repeats."""
     groups: dict[tuple[str, str], list[ResultRow]] = {}
     for row in rows:
         groups.setdefault((row.vector_id, row.pass_), []).append(row)
