@@ -98,12 +98,11 @@ def test_llemma_zero1_gradients_and_parameters_golden_times(capsys):
     dp = {it["name"]: it for it in doc["items"] if it["category"] == "dp_comm"}
     nbytes = 1_816_600_576.0  # 908,300,288 parameters on the busiest device, 16-bit
     assert dp["reduce_scatter"]["shape"]["bytes"] == dp["all_gather"]["shape"]["bytes"] == nbytes
-    # the samples of the 1×2 CSVs around the sizes: all-reduce of the whole buffer (908.3 M
-    # elements), all-gather of each rank's half (454.15 M elements)
-    all_reduce = _loglog(nbytes / 2, 908_217_728, 24482.2, 908_817_728, 24277.4) * 1e-6
-    all_gather = _loglog(nbytes / 4, 454_017_728, 18419.4, 454_617_728, 18581.2) * 1e-6
-    assert dp["reduce_scatter"]["time_s"] == pytest.approx(all_reduce / 2, rel=1e-9)
-    assert dp["all_gather"]["time_s"] == pytest.approx(all_gather, rel=1e-9)  # not 37.9 ms
+    # the 1×2 CSVs' samples around the sizes (all-reduce of the whole buffer, 908.3 M
+    # elements: 24.15-24.6 ms; all-gather of each rank's half, 454.15 M: 18.4-18.6 ms) are
+    # noisy; the measured model's monotone median fit lies among them
+    assert 24.15e-3 / 2 <= dp["reduce_scatter"]["time_s"] <= 24.6e-3 / 2
+    assert 18.4e-3 <= dp["all_gather"]["time_s"] <= 18.6e-3  # not 37.9 ms
     assert dp["all_gather"]["time_s"] == pytest.approx(18.6e-3, rel=0.01)  # upstream's
     said = [n for n in doc["assumptions"] if "reduce-scatter samples" in n]
     assert len(said) == 1 and "for 1×2" in said[0] and REDUCE_SCATTER_RULE in said[0]
