@@ -9,12 +9,20 @@ such as the conv input width ``Wstride·P + Wdilation·R``); its extent for a ti
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 Dim = tuple[tuple[str, int], ...]  # ((rank, coefficient), ...)
 MAX_COUNT = 2**63  # accesses are counted in int64
+
+
+def whole(value: Any) -> bool:
+    """An integer (Python or NumPy), not a bool: True is an int to Python, not a size."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and \
+        type(value).__name__ != "bool_"
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,12 @@ class Einsum:
 
     def __post_init__(self) -> None:
         for r, n in self.ranks.items():
-            if not isinstance(n, int) or n < 1:
-                raise ValueError(f"rank {r} must be a positive integer, got {n!r}")
+            if not whole(n) or n < 1:
+                raise ValueError(f"{self.name}: rank {r} must be an int >= 1, got {n!r} "
+                                 f"({type(n).__name__})")
+        if not whole(self.word_bytes) or self.word_bytes < 1:
+            raise ValueError(f"{self.name}: word_bytes must be an int >= 1 (bytes per word), "
+                             f"got {self.word_bytes!r} ({type(self.word_bytes).__name__})")
         known = set(self.ranks)
         for t in self.tensors:
             if not t.ranks() <= known:
@@ -154,10 +166,9 @@ def conv(R: int = 1, S: int = 1, P: int = 1, Q: int = 1, C: int = 1, K: int = 1,
     ``Conv.to_str()``: ``R_S_P_Q_C_K_N_Wstride_Hstride_Wdilation_Hdilation``. Every field must
     be >= 1 (a zero stride or size describes no convolution)."""
     values = (R, S, P, Q, C, K, N, Wstride, Hstride, Wdilation, Hdilation)
-    bad = [f"{f}={v}" for f, v in zip(CONV_FIELDS, values, strict=True) if v < 1]
-    if bad:
-        raise ValueError("every conv field, strides and dilations included, must be >= 1; "
-                         f"got {', '.join(bad)}")
+    for f, v in zip(CONV_FIELDS, values, strict=True):  # strides and dilations included
+        if not whole(v) or v < 1:
+            raise ValueError(f"conv: {f} must be an int >= 1, got {v!r} ({type(v).__name__})")
     name = f"{R}_{S}_{P}_{Q}_{C}_{K}_{N}_{Wstride}_{Hstride}_{Wdilation}_{Hdilation}"
     return Einsum(
         name, {"R": R, "S": S, "P": P, "Q": Q, "C": C, "K": K, "N": N},
@@ -199,9 +210,10 @@ def from_index_string(spec: str, dims: dict[str, int], word_bytes: int = 1) -> E
     if extra:
         raise ValueError(f"einsum {spec!r}: size(s) given for {extra}, not rank(s) of the "
                          f"expression (its ranks: {''.join(letters)})")
-    small = [f"{c}={dims[c]}" for c in letters if int(dims[c]) < 1]
-    if small:
-        raise ValueError(f"einsum {spec!r}: every size must be >= 1, got {', '.join(small)}")
+    for c in letters:
+        if not whole(dims[c]) or dims[c] < 1:
+            raise ValueError(f"einsum {spec!r}: rank {c} must be an int >= 1, got "
+                             f"{dims[c]!r} ({type(dims[c]).__name__})")
     if not set(out) <= set("".join(inputs)):
         raise ValueError(f"einsum {spec!r}: output ranks must appear in an input")
     tensors = [Tensor(f"In{i}" if len(inputs) > 2 else ("Inputs", "Weights")[i],

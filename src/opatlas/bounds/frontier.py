@@ -4,6 +4,8 @@ Lookups are step functions: the bound at capacity B is the last point with buffe
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +17,49 @@ from opatlas.bounds.mapspace import Mapspace, TilingSpace, build_mapspace
 from opatlas.bounds.prune import frontier_tilings, pareto_indices
 
 
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def checked_buffer(buffer: Any) -> float | int:
+    """``buffer`` if it is a buffer size in words (a real number, not a bool, not NaN)."""
+    if isinstance(buffer, bool | np.bool_) or not isinstance(buffer, numbers.Real):
+        raise TypeError(f"buffer size must be a number of words (int or float), got "
+                        f"{_describe(buffer)}")
+    if math.isnan(buffer):
+        raise ValueError("buffer size must be a number of words, got nan")
+    return buffer
+
+
+def checked_buffers(buffers: Any) -> np.ndarray:
+    """``buffers`` as a numeric array, each element checked as :func:`checked_buffer`. An
+    integer or float array is checked whole (NaN only); anything else element by element, as
+    a list's bools would turn into 0 and 1 (``np.asarray([True, 4])`` is ``[1, 4]``)."""
+    arr = np.asarray(buffers)
+    typed = isinstance(buffers, np.ndarray | pd.Series | pd.Index)
+    if typed and arr.dtype.kind in "iu":
+        return arr
+    if typed and arr.dtype.kind == "f":
+        if np.isnan(arr).any():
+            at = tuple(int(k) for k in np.argwhere(np.isnan(arr))[0])
+            raise ValueError(f"buffer sizes must be numbers of words;{_element(at)} nan")
+        return arr
+    for at, value in np.ndenumerate(np.asarray(buffers, dtype=object)):
+        try:
+            checked_buffer(value)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"buffer sizes must be numbers of words;{_element(at)} "
+                            f"{_describe(value)}") from None
+    return arr.astype(float)
+
+
+def _element(at: tuple[int, ...]) -> str:
+    """Where a bad value is: " element 2 is", " element [1, 0] is", or " got" for a scalar."""
+    if not at:
+        return " got"
+    return f" element {at[0] if len(at) == 1 else list(at)} is"
+
+
 @dataclass
 class Curve:
     """A step function of (buffer, accesses) points: ascending buffer, decreasing accesses."""
@@ -24,12 +69,22 @@ class Curve:
     label: str = ""
 
     def lookup(self, buffer: float) -> int | None:
-        """Minimum attainable accesses with ``buffer`` words on chip; None below the first point."""
-        i = int(np.searchsorted(self.buffer, buffer, side="right")) - 1
+        """Minimum attainable accesses with ``buffer`` words on chip.
+
+        ``buffer`` is a real number (int, float or a NumPy number; not a bool, a string, None
+        or NaN: those raise TypeError/ValueError naming the value). A size below the first
+        point, zero and negative sizes included, fits no mapping: None. ``inf`` gives the
+        last point's accesses (the compulsory minimum)."""
+        b = checked_buffer(buffer)
+        i = int(np.searchsorted(self.buffer, b, side="right")) - 1
         return None if i < 0 else int(self.accesses[i])
 
-    def lookup_many(self, buffers: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(self.buffer, np.asarray(buffers), side="right") - 1
+    def lookup_many(self, buffers: Any) -> np.ndarray:
+        """:meth:`lookup` for each of ``buffers`` (float accesses; NaN where it is None).
+        Every element must be a real number as :meth:`lookup` takes, else the error names
+        the first bad one and its position."""
+        b = checked_buffers(buffers)
+        i = np.searchsorted(self.buffer, b, side="right") - 1
         return np.where(i < 0, np.nan, self.accesses[np.maximum(i, 0)].astype(float))
 
     @classmethod
@@ -78,7 +133,12 @@ class Frontier(Curve):
 
     # -- outputs ------------------------------------------------------------------------------
     def to_frame(self) -> pd.DataFrame:
-        df = pd.DataFrame({"buffer": self.buffer, "accesses": self.accesses, "oi": self.oi()})
+        """The tidy frontier: buffer and accesses (and the per-tensor columns) in words, oi in
+        op/B, then the word size and buffer/accesses in bytes."""
+        wb = self.einsum.word_bytes
+        df = pd.DataFrame({"buffer": self.buffer, "accesses": self.accesses, "oi": self.oi(),
+                           "word_bytes": wb, "buffer_bytes": self.buffer * wb,
+                           "accesses_bytes": self.accesses * wb})
         for t in self.einsum.tensors:
             df[f"{t.name}_occupancy"] = [p[t.name][0] for p in self.per_tensor]
             df[f"{t.name}_accesses"] = [p[t.name][1] for p in self.per_tensor]
@@ -91,6 +151,7 @@ class Frontier(Curve):
             "problem": self.einsum.name,
             "ranks": dict(self.einsum.ranks),
             "word_bytes": self.einsum.word_bytes,
+            "units": {"buffer": "words", "accesses": "words", "oi": "op/B"},
             "points": [{"buffer": int(b), "accesses": int(a), "oi": float(o), "mapping": m}
                        for b, a, o, m in zip(self.buffer, self.accesses, self.oi(), self.mappings,
                                              strict=True)],
@@ -125,7 +186,11 @@ def describe_mapping(m: dict[str, Any]) -> str:
 def frontier(einsum: Einsum, *, imperfect: bool = False,
              resident: frozenset[str] | set[str] = frozenset()) -> Frontier:
     """Compute the exact frontier of ``einsum`` (see :mod:`opatlas.bounds.mapspace`), streaming
-    the tilings and pruning those that cannot be on it (:mod:`opatlas.bounds.prune`)."""
+    the tilings and pruning those that cannot be on it (:mod:`opatlas.bounds.prune`).
+    Anything but an :class:`Einsum` is a TypeError (an Einsum checks its own sizes)."""
+    if not isinstance(einsum, Einsum):
+        raise TypeError(f"frontier() takes an Einsum (e.g. gemm(M, K, N)), got "
+                        f"{_describe(einsum)}")
     space = TilingSpace.of(einsum, imperfect=imperfect, resident=resident)
     flat = np.sort(frontier_tilings(space))
     ms = build_mapspace(einsum, imperfect=imperfect, resident=resident, tiles=space.tiles(flat))

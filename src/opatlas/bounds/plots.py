@@ -35,7 +35,9 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
                    xlabel: str | None = None, ylabel: str | None = None,
                    gpu_spread: float = 0.0, legend_loc: str = "best") -> Path:
     """Accesses (or OI) vs buffer size, one line per problem; optional algo min/max lines,
-    the scatter of every tiling's best accesses, and measured GPU traffic.
+    the scatter of every tiling's best accesses, and measured GPU traffic. With ``plot_min``,
+    dotted vertical lines mark one word (``coefficient`` on the x axis) and every operand on
+    chip.
 
     ``coefficients`` (bytes per word) overrides ``coefficient`` curve by curve: the same
     frontier drawn for 4-byte and for 2-byte words is two curves. ``steps`` draws each curve
@@ -55,7 +57,8 @@ def plot_frontiers(frontiers: Sequence[Frontier], path: Path, *, legends: Sequen
         f = frontiers[0]
         ax.axhline(f.algo_min * coefficient, ls="--", color="red", lw=1, label="Algo min")
         ax.axhline(f.algo_max * coefficient, ls="--", color="darkred", lw=1, label="Algo max")
-        ax.axvline(1, ls=":", color="grey", lw=1)
+        # dotted: one word (the smallest buffer) and every operand on chip, both in x's units
+        ax.axvline(coefficient, ls=":", color="grey", lw=1)
         ax.axvline(f.einsum.total_operand_size * coefficient, ls=":", color="grey", lw=1)
     if gpu_data is not None and len(gpu_data):
         _scatter_gpu(ax, gpu_data, gpu_spread)

@@ -1,8 +1,14 @@
-"""The single-Einsum problems of the artifact's figures (orojenesis_single.ipynb)."""
+"""The single-Einsum problems of the artifact's figures (orojenesis_single.ipynb). Their
+builders are :mod:`opatlas.bounds.einsum`'s, whose :class:`Einsum` refuses sizes and word
+sizes that are not ints >= 1 (bools included)."""
 
 from __future__ import annotations
 
-from opatlas.bounds.einsum import Einsum, conv, gbmm, gemm
+from opatlas.bounds.einsum import Einsum, bmm, conv, from_index_string, gbmm, gemm, gqa_bmm
+
+__all__ = ["Einsum", "bmm", "conv", "from_index_string", "gbmm", "gemm", "gqa_bmm"]
+
+# -- the artifact's problems --------------------------------------------------------------------
 
 FIG12_CONVS = ("1_1_16_16_64_64_1_1_1_1_1", "3_3_16_16_64_64_1_1_1_1_1",
                "5_5_16_16_64_64_1_1_1_1_1", "3_3_16_16_64_64_1_2_2_1_1",

@@ -104,25 +104,38 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
         from opatlas.bounds.plots import plot_frontiers
 
         wb = e.word_bytes  # the plot is in bytes, as its axes say
+        # drawn as the step function lookup() answers, not joined by slopes under it
         plot_frontiers([f], plot, plot_min=True, y_end=float(f.buffer[-1]) * 10 * wb,
-                       coefficient=wb)
+                       coefficient=wb, steps=True)
     if any(to_stdout.values()):
         return  # the table on standard output is the answer
     if at is not None:
-        value = f.lookup(at)
-        if as_json:
-            typer.echo(json.dumps({"buffer": int(at) if float(at).is_integer() else at,
-                                   "accesses": value,
-                                   "oi": None if value is None else float(f.oi(value))}))
-        else:
-            size = f"{int(at):,}" if float(at).is_integer() else f"{at:,}"
-            typer.echo(f"at {size} words: " + ("below the smallest mapping's buffer"
-                                               if value is None else f"{value:,} accesses"))
+        _print_at(f, at, as_json)
         return
     if as_json:
         typer.echo(json.dumps(f.to_json()))
         return
     _print(f)
+
+
+AT_UNITS = {"buffer": "words", "accesses": "words", "buffer_bytes": "bytes",
+            "accesses_bytes": "bytes", "oi": "op/B"}
+
+
+def _print_at(f: Frontier, at: float, as_json: bool) -> None:
+    """``--at B``: the bound with B words on chip; the JSON says the word size and units."""
+    value, wb = f.lookup(at), f.einsum.word_bytes
+    buffer = int(at) if float(at).is_integer() else at
+    if as_json:
+        typer.echo(json.dumps({
+            "buffer": buffer, "accesses": value,
+            "oi": None if value is None else float(f.oi(value)),
+            "word_bytes": wb, "buffer_bytes": buffer * wb,
+            "accesses_bytes": None if value is None else value * wb, "units": AT_UNITS}))
+        return
+    typer.echo(f"at {buffer:,} words: " + ("below the smallest mapping's buffer"
+                                           if value is None else
+                                           f"{value:,} accesses (words of {wb} B)"))
 
 
 def _print(f: Frontier) -> None:
