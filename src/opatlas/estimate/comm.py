@@ -248,13 +248,19 @@ def _bins(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     """(median size, median time, samples) of each run of sorted sizes within :data:`NEAR` of
     the run's first."""
     starts = [0]
-    for i in range(1, len(x)):
-        if x[i] > x[starts[-1]] * NEAR:
+    for i, size in enumerate(x.tolist()):
+        if size > x[starts[-1]] * NEAR:
             starts.append(i)
-    groups = np.split(np.arange(len(x)), starts[1:])
-    return (np.array([np.median(x[g]) for g in groups]),
-            np.array([np.median(y[g]) for g in groups]),
-            np.array([len(g) for g in groups], dtype=float))
+    first = np.array(starts)
+    counts = np.diff(np.append(first, len(x)))
+    group = np.repeat(np.arange(len(first)), counts)
+    lo, hi = first + (counts - 1) // 2, first + counts // 2  # each bin's middle one or two
+
+    def medians(v: np.ndarray) -> np.ndarray:  # every bin's median at once, sorted within bins
+        v = np.asarray(v, dtype=float)[np.lexsort((v, group))]
+        return (v[lo] + v[hi]) / 2
+
+    return medians(x), medians(y), counts.astype(float)
 
 
 def _weighted_median(v: np.ndarray, w: np.ndarray) -> float:
@@ -272,15 +278,15 @@ def _isotonic_median(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The L1 isotonic regression of ``y`` (weights ``w``) by pool-adjacent-violators: a
     value below the level before it pools with that level's values, at their weighted
     median, until the levels rise."""
-    blocks: list[tuple[np.ndarray, np.ndarray, float]] = []  # values, weights, level
-    for value, weight in zip(y, w, strict=True):
-        vals, wts, level = np.array([value]), np.array([weight]), float(value)
+    blocks: list[tuple[list[float], list[float], float]] = []  # values, weights, level
+    for value, weight in zip(y.tolist(), w.tolist(), strict=True):
+        vals, wts, level = [value], [weight], value
         while blocks and blocks[-1][2] > level:
             pv, pw, _ = blocks.pop()
-            vals, wts = np.concatenate([pv, vals]), np.concatenate([pw, wts])
-            level = _weighted_median(vals, wts)
+            vals, wts = pv + vals, pw + wts
+            level = _weighted_median(np.array(vals), np.array(wts))
         blocks.append((vals, wts, level))
-    return np.concatenate([np.full(len(b[0]), b[2]) for b in blocks])
+    return np.array([b[2] for b in blocks for _ in b[0]])
 
 
 def take_fallback_note(comm: AlphaBeta) -> str | None:
