@@ -124,3 +124,19 @@ def two_device_csv(csv: Path, tmp_path: Path) -> Path:
     path = tmp_path / "ops_perf_results_two.csv"
     pd.concat([df, other]).to_csv(path, index=False)
     return path
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures opatlas.bounds.plots would save, kept open (not written) so a test can
+    read what was drawn."""
+    import opatlas.bounds.plots as plots
+
+    kept: list = []
+
+    def keep(fig, path, option="--plot"):
+        kept.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    return kept

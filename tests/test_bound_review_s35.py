@@ -40,21 +40,6 @@ def _simba16(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The figures the accel plot would save, kept open to read what was drawn."""
-    import opatlas.bounds.plots as plots
-
-    kept: list = []
-
-    def keep(fig, path, option="--plot"):
-        kept.append(fig)
-        return path
-
-    monkeypatch.setattr(plots, "save_figure", keep)
-    return kept
-
-
 def _drawn(fig) -> tuple[np.ndarray, np.ndarray, list[tuple[float, float]]]:
     """The bound line's vertices (x, y) and every single scattered point."""
     ax = fig.axes[0]

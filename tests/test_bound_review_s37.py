@@ -142,21 +142,6 @@ def test_an_einsum_refuses_bad_values_however_it_is_built(build, said):
 
 # -- 4. the CLI's plot is the step function, and its one-word line in bytes ----------------------
 
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The figures the plots would save, kept open to read what was drawn."""
-    import opatlas.bounds.plots as plots
-
-    kept: list = []
-
-    def keep(fig, path, option="--plot"):
-        kept.append(fig)
-        return path
-
-    monkeypatch.setattr(plots, "save_figure", keep)
-    return kept
-
-
 def _drawn_at(line, x: float) -> float:
     """The y the line is drawn at, at ``x``, between vertices as drawn on log-log axes."""
     vx, vy = STEP_LOOKUP_MAP[line.get_drawstyle()](np.asarray(line.get_xdata(), float),
