@@ -10,6 +10,7 @@ from typing import Any
 from opatlas.errors import OpatlasError
 
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet")
+PARQUET_SUFFIXES = (".parquet", ".pq")  # a results export, a store table, an expansion
 
 
 def _suffix(path: Path) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opatlas.errors import OpatlasError
@@ -87,6 +87,21 @@ def repeats_to_fill(min_ns: int, samples: Sequence[int]) -> int:
         return 0
     mean = max(sum(samples) / n, 1.0)
     return max(0, min(MAX_FILL_REPEATS - n, math.ceil(left / mean)))
+
+
+def filled_samples(take: Callable[[int], list[int]], repeats: int, min_ns: int) -> list[int]:
+    """``take(repeats)``'s samples, then more until they sum to ``min_ns``
+    (:func:`repeats_to_fill`; a loop, as the first samples' mean may run high)."""
+    samples = take(repeats)
+    while more := repeats_to_fill(min_ns, samples):
+        samples += take(more)
+    return samples
+
+
+def min_time_version(min_ns: int) -> dict[str, str]:
+    """The ``versions()`` entry of a ``min_time_ms`` setting (none when off): stored repeats
+    are then fill results, which :func:`opatlas.run.runner.setting_changes` reads so."""
+    return {"min_time_ms": f"{min_ns / 1e6:g}"} if min_ns else {}
 
 
 def register_backend(name: str, target: str, ops: Sequence[str] | None = None) -> None:

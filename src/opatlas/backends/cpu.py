@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from opatlas.backends.base import Backend, min_time_ns, repeats_to_fill
+from opatlas.backends.base import Backend, filled_samples, min_time_ns, min_time_version
 from opatlas.ops.base import Op
 
 
@@ -94,8 +94,7 @@ class CpuBackend(Backend):
 
     def versions(self) -> dict[str, str]:
         out = {"python": platform.python_version(), "threads": str(self.threads)}
-        if self.min_time_ns:
-            out["min_time_ms"] = f"{self.min_time_ns / 1e6:g}"
+        out.update(min_time_version(self.min_time_ns))
         try:
             from importlib.metadata import version
 
@@ -116,10 +115,8 @@ class CpuBackend(Backend):
         for pass_ in passes:
             for _ in range(warmup):
                 op.execute(state, pass_, op.prepare(state, pass_))
-            samples = self._samples(op, state, pass_, repeats)
-            while more := repeats_to_fill(self.min_time_ns, samples):  # the mean may drift
-                samples += self._samples(op, state, pass_, more)
-            timings[pass_] = samples
+            timings[pass_] = filled_samples(lambda n, p=pass_: self._samples(op, state, p, n),
+                                          repeats, self.min_time_ns)
         return timings
 
     @staticmethod

@@ -22,7 +22,7 @@ import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opatlas.backends.base import Backend, min_time_ns, repeats_to_fill
+from opatlas.backends.base import Backend, filled_samples, min_time_ns, min_time_version
 from opatlas.backends.cpu import TORCH_DTYPES, warm_torch
 from opatlas.ops.base import Op
 
@@ -73,8 +73,7 @@ class CudaBackend(Backend):
 
         out = {"python": platform.python_version(), "torch": torch.__version__,
                "cuda": str(torch.version.cuda), "timing": self.timing}
-        if self.min_time_ns:
-            out["min_time_ms"] = f"{self.min_time_ns / 1e6:g}"
+        out.update(min_time_version(self.min_time_ns))
         with contextlib.suppress(Exception):  # private API: best effort
             out["driver"] = str(torch._C._cuda_getDriverVersion())
         if torch.backends.cudnn.is_available():
@@ -102,10 +101,8 @@ class CudaBackend(Backend):
             for _ in range(warmup):
                 op.execute(state, pass_, op.prepare(state, pass_))
             torch.cuda.synchronize()
-            samples = self._samples(op, state, pass_, repeats)
-            while more := repeats_to_fill(self.min_time_ns, samples):  # the mean may drift
-                samples += self._samples(op, state, pass_, more)
-            out[pass_] = samples
+            out[pass_] = filled_samples(lambda n, p=pass_: self._samples(op, state, p, n),
+                                        repeats, self.min_time_ns)
         return out
 
     def _samples(self, op: Op, state: Any, pass_: str, repeats: int) -> list[int]:

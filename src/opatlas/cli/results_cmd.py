@@ -14,6 +14,7 @@ import typer
 
 from opatlas.cli.common import StoreOpt
 from opatlas.errors import OpatlasError
+from opatlas.tables import PARQUET_SUFFIXES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,7 +177,7 @@ def _several_aliases(op: str, same: list[tuple[str, dict]]) -> list[str]:
     return names
 
 
-BY_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+BY_SUFFIX = {".csv": "csv", ".json": "json", **dict.fromkeys(PARQUET_SUFFIXES, "parquet")}
 TEXT_SUFFIXES = ("", ".txt")  # --out's names for the text table, the format when none is given
 
 

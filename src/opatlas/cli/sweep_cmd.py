@@ -12,6 +12,7 @@ import typer
 from opatlas.cli.common import OpsModuleOpt, PartOpt, PartsOpt, WhereOpt, load
 from opatlas.console import counted
 from opatlas.errors import OpatlasError
+from opatlas.tables import PARQUET_SUFFIXES
 
 if TYPE_CHECKING:
     from opatlas.spec import SweepSpec
@@ -96,8 +97,6 @@ def _write_vectors(vectors: list, out: Path) -> None:
     else:
         raise OpatlasError(f"--out {out}: use a .json, .parquet or .pq file name")
 
-
-PARQUET_SUFFIXES = (".parquet", ".pq")  # as opatlas results and import results take them
 
 
 @app.command("export-tt")

@@ -187,8 +187,10 @@ class Predictor:
         them; else ``op`` as it is (its absence is said by the caller)."""
         from opatlas.ops.registry import filed_as, get_op
 
-        for stored, values in filed_as(op, sorted(self.op_names)):
-            if set(get_op(stored)[1]) <= set(get_op(op)[1]):  # a rename, or data of an op
+        candidates = filed_as(op, sorted(self.op_names))
+        fixes = set(get_op(op)[1]) if candidates else set()
+        for stored, values in candidates:
+            if set(get_op(stored)[1]) <= fixes:  # a rename, or data of an op
                 # this one narrows (linear for linear1); never one narrower than asked
                 n = n_rows(shapes)
                 return stored, {**shapes, **{k: [v] * n for k, v in values.items()}}

@@ -36,6 +36,7 @@ import psutil
 from opatlas.errors import StoreError
 from opatlas.store.keys import KEY_HEX_CHARS, keys_from_halves
 from opatlas.sweep import Vector, params_json
+from opatlas.tables import PARQUET_SUFFIXES
 
 T = TypeVar("T")
 
@@ -770,9 +771,6 @@ def _result_conditions(op: OpSelection, status: str | None, params: ParamFilter 
         conds += more
         args += more_args
     return conds, args
-
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 def read_exported(path: Path) -> pd.DataFrame:
