@@ -151,7 +151,8 @@ def test_a_layout_out_of_memory_is_said_and_refused_under_strict(capsys, tmp_pat
                           "parallel.tp=1", "parallel.pp=1", "parallel.zero=1",
                           "parallel.recompute=selective", "cluster.preset=dgx-h100",
                           "ops.mode=analytical", "ops.compute_efficiency=0.7",
-                          "ops.memory_efficiency=0.8") for a in ("--set", kv)]
+                          "ops.memory_efficiency=0.8", "model.seq_len=40960",
+                          "training.global_batch=102") for a in ("--set", kv)]
     code, _, err = cli_in_process(capsys, "analyze", str(config), "--strict", "--json", *given)
     one_error(code, err, "out of memory", "--strict")  # nothing assumed: only the memory
     doc, err = _analyze_json(capsys, str(config), "--gpus", "8", "--set", "parallel.tp=8",

@@ -39,7 +39,9 @@ def estimate(
     steps: int | None = er.StepsOpt,
     gpu_hour_price: float | None = er.PriceOpt,
     strict: bool = typer.Option(False, "--strict", help="Every fallback is an error (a key "
-                                                        "left to its default; data mode: an op "
+                                                        "left to its default, or a value a "
+                                                        "Hugging Face config.json leaves out "
+                                                        "(--set it); data mode: an op "
                                                         "or collective without measured data, "
                                                         "ops.strict; a device without a memory "
                                                         "size), and so is a layout that does "

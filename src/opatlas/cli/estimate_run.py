@@ -28,7 +28,8 @@ def load(config: str | None, megatron_args: str | None, gpus: int | None,
          strict: bool = False, analytical: bool = False) -> Any:
     """The inputs (config, the run length the input asks for, notes, the keys a search
     holds), with ``--strict`` and ``--analytical`` applied; notes also go to stderr.
-    ``strict``: Megatron flags that are not modelled are errors."""
+    ``strict``: Megatron flags that are not modelled, and assumed defaults (a Hugging Face
+    config.json's left-out fields among them), are errors."""
     from opatlas.estimate.inputs import load_inputs, with_flags
 
     notes: list[str] = []

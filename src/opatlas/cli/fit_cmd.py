@@ -508,6 +508,7 @@ def predict(
     pred.check_device()
     # once, outside the passes: a bad linear role is an error of its own, not "no data"
     name, columns = pred.resolve_op(op, {k: [v] for k, v in params.items()})
+    _say_reference(pred, op, name, columns, strict)
     passes = _measured_passes(pred, name)
     if not passes:
         raise OpatlasError(f"no model for op {op!r} on {device} {dtype}; known ops: "
@@ -535,6 +536,20 @@ def predict(
     else:
         for k, v in out.items():
             typer.echo(f"{op} {k}: {v:,.1f} µs")
+
+
+def _say_reference(pred: Predictor, op: str, name: str, columns: dict, strict: bool) -> None:
+    """An alias naming another implementation (upstream's fused
+    ``ScaledUpperTriangMaskedSoftmax``) predicted from measurements of opatlas's own
+    (``masked_softmax``, unfused): said on stderr, an error under --strict."""
+    from opatlas.predict.predictor import catalog_name
+
+    if op == catalog_name(op) or not (note := pred.reference_note(op, columns)):
+        return
+    said = f"{op} is predicted from {pred.data_source}'s measurements of opatlas's {name}, which {note}"
+    if strict:
+        raise OpatlasError(f"--strict: {said}")
+    typer.echo(f"opatlas: warning: {said}", err=True)
 
 
 def _measured_passes(pred: Predictor, name: str) -> list[str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from opatlas.cli.common import StoreOpt
+from opatlas.cli.common import OpsModuleOpt, StoreOpt, load_ops_modules
 from opatlas.errors import OpatlasError
 from opatlas.tables import PARQUET_SUFFIXES
 
@@ -101,9 +101,70 @@ def _read(store: Path, fmt: str, op: str | None, status: str | None, limit: int 
         _check_op(ops[0] if len(ops) == 1 else None, stored)
         total = st.count_results(ops, status, params)
         df = st.results(op=ops, status=status, params=params, limit=limit or None,
-                        by_params=fmt == "table")
+                        by_params=fmt == "table", expand_params=False)
         varying = _varying(st, ops, status) if fmt == "table" else []
+    if fmt != "table":  # the text table shows the parameters from params_json
+        df = with_param_columns(df)
     return df, total, varying
+
+
+PARAM_PREFIX = "param."  # before a parameter named like a results column (``param.status``)
+
+
+def with_param_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with one column per parameter (from ``params_json``) after the results columns.
+
+    A parameter named like a results column (a user op's ``status``, ``median_ns``,
+    ``backend`` ...) would lose its values to the measured ones: its column is named
+    :data:`PARAM_PREFIX` + its name instead, said on stderr. ``dtype`` is no clash: a
+    result's dtype is its vector's ``dtype`` parameter."""
+    from opatlas.store.db import expand_param_columns
+
+    if df.empty or "params_json" not in df:
+        return df
+    renames = _param_renames(df)
+    if not renames:
+        return expand_param_columns(df)
+    for op, names in _ops_with(df, renames).items():
+        typer.echo(f"opatlas: note: op {op!r}: parameter(s) {', '.join(names)} named like "
+                   f"results columns, written as {', '.join(renames[n] for n in names)} (the "
+                   f"results columns hold the measured values; params_json holds the "
+                   f"parameters under their own names)",
+                   err=True)
+    renamed = [json.dumps({renames.get(k, k): v for k, v in json.loads(s).items()})
+               for s in df["params_json"]]
+    out = expand_param_columns(df.assign(params_json=renamed))
+    out["params_json"] = df["params_json"]
+    return out
+
+
+def _param_renames(df: pd.DataFrame) -> dict[str, str]:
+    """Each parameter of ``df``'s rows named like a results column (not ``dtype``) -> the
+    column name it is written under: :data:`PARAM_PREFIX` + its name, prefixed again while
+    that is taken too."""
+    from opatlas.store.db import RESULT_COLUMNS
+
+    keys = dict.fromkeys(k for s in df["params_json"].unique() for k in json.loads(s))
+    taken = {*keys, *RESULT_COLUMNS, *map(str, df.columns)}
+    renames: dict[str, str] = {}
+    for key in keys:
+        if key in RESULT_COLUMNS and key != "dtype":
+            name = PARAM_PREFIX + key
+            while name in taken:
+                name = PARAM_PREFIX + name
+            taken.add(name)
+            renames[key] = name
+    return renames
+
+
+def _ops_with(df: pd.DataFrame, renames: dict[str, str]) -> dict[str, list[str]]:
+    """Each op of ``df`` whose rows set any of ``renames``' parameters -> those parameters."""
+    found: dict[str, dict[str, None]] = {}
+    for op, pj in df[["op", "params_json"]].drop_duplicates().itertuples(index=False):
+        names = [k for k in json.loads(pj) if k in renames]
+        if names:
+            found.setdefault(str(op), {}).update(dict.fromkeys(names))
+    return {op: list(names) for op, names in found.items()}
 
 
 def _check_op(op: str | None, stored: list[str]) -> None:
@@ -431,15 +492,22 @@ def import_ett(
                                                     "CSVs, or a bundled dataset: 'bundled' "
                                                     "(A100) or 'h100'."),
     store: Path = StoreOpt,
+    ops_module: list[str] | None = OpsModuleOpt,
 ) -> None:
     """Read estimate-train-time operator and NCCL sampling CSVs into the store.
+
+    Samples of your own op need its module (--ops-module): its parameters are checked and
+    its FLOPs and bytes counted; without it they are stored as the file gives them, and said.
 
     Examples:
 
         opatlas import ett-samples sampling_data/
 
         opatlas import ett-samples bundled --store a100.duckdb
+
+        opatlas import ett-samples my_samples/ --ops-module my_ops.py
     """
+    load_ops_modules(ops_module)
     from opatlas.samples import BUNDLED_OPS
     from opatlas.store.ett import bundled_dataset, import_ett_samples
     from opatlas.store.writing import store_for_writing

@@ -63,8 +63,9 @@ def run(
                                       "'opatlas\\[ray]') or submitit (a SLURM job array; pip "
                                       "install 'opatlas\\[slurm]')."),
     address: str | None = typer.Option(
-        None, "--address", help="Ray cluster: auto (the running one) or HOST:PORT; "
-                                "default: start Ray on this machine."),
+        None, "--address", help="Ray cluster: auto (the running one) or HOST:PORT of its "
+                                "head (6379 unless `ray start --port` said otherwise), checked "
+                                "within seconds; default: start Ray on this machine."),
     devices_per_task: int = typer.Option(1, "--devices-per-task", min=1,
                                          help="Ray: devices each worker holds."),
     chunk: int = typer.Option(16, "--chunk", min=1, help=(

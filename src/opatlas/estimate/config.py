@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from opatlas.errors import SpecError
+from opatlas.errors import OpatlasError, SpecError
 from opatlas.yaml_io import load_yaml
 
 
@@ -258,6 +258,23 @@ class OpsConfig(_Strict):
     memory_efficiency: float = Field(default=0.8, gt=0, le=1)
     strict: bool = Field(default=False, description="data mode: an op without measured data is "
                                                     "an error instead of a roofline fallback")
+    roofline: list[str] = Field(default=[], description="data mode: ops timed by the roofline "
+                                "whatever the data holds (an op's name, or a catalog op's for "
+                                "every op that runs it)")
+
+    @field_validator("roofline")
+    @classmethod
+    def _known_ops(cls, names: list[str]) -> list[str]:
+        if not names:
+            return names
+        from opatlas.ops.registry import get_op
+
+        for name in names:
+            try:
+                get_op(name)
+            except OpatlasError as exc:  # names the op and the known ones
+                raise ValueError(str(exc)) from None
+        return names
 
 
 class TrainConfig(_Strict):

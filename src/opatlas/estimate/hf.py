@@ -15,7 +15,7 @@ need not be hidden/heads.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,9 +75,38 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# the opatlas key that states, in place of each field a config.json may leave out, what
+# the field decides (a --set KEY=VALUE, or a model: key beside model.hf)
+STATED_BY = {"num_key_value_heads": "model.kv_heads", "intermediate_size": "model.ffn",
+             "hidden_act": "model.ffn_kind", "tie_word_embeddings": "model.tied_embeddings",
+             "attention_bias": "model.bias", "mlp_bias": "model.mlp_bias"}
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A value taken because the config.json leaves ``key`` out (its own name, or the opatlas
+    key for what no field gives, such as the run's model.seq_len); ``stated_by``: the opatlas
+    key that gives it explicitly instead, and ``stated`` the value that key takes for it
+    where that differs (hidden_act silu: model.ffn_kind swiglu)."""
+
+    key: str
+    value: Any
+    why: str
+    stated_by: str
+    stated: Any = None
+    said: str = ""  # the note that says it
+
+    @property
+    def given(self) -> Any:
+        """The value ``stated_by`` takes to state this assumption explicitly."""
+        return self.value if self.stated is None else self.stated
+
+
 @dataclass
 class HFModel:
-    """``fields``: ModelConfig keys; ``read``/``assumed``/``unused``: for the user."""
+    """``fields``: ModelConfig keys; ``read``/``assumed``/``unused``: for the user;
+    ``defaults``: the values of ``assumed`` taken for fields the file leaves out (the rest of
+    ``assumed`` says how a field given is approximated)."""
 
     fields: dict[str, Any]
     read: list[str]
@@ -85,11 +114,15 @@ class HFModel:
     unused: list[str]
     # a learned position table's rows (the field naming them, its value); None with RoPE
     positions: tuple[str, int] | None = None
+    defaults: list[Assumption] = field(default_factory=list)
 
-    def notes(self, source: str) -> list[str]:
+    def notes(self, source: str, explicit: frozenset[str] = frozenset()) -> list[str]:
+        """What was read, assumed and left unused; an assumption one of the ``explicit``
+        opatlas keys (``model.kv_heads``) states instead is not said to be assumed."""
         out = [f"{source}: read {', '.join(self.read)}"]
-        if self.assumed:
-            out.append(f"{source}: assumed {'; '.join(self.assumed)}")
+        stated = {a.said for a in self.defaults if a.stated_by in explicit}
+        if assumed := [text for text in self.assumed if text not in stated]:
+            out.append(f"{source}: assumed {'; '.join(assumed)}")
         if self.unused:
             out.append(f"{source}: not used: {', '.join(self.unused)}")
         return out
@@ -136,6 +169,17 @@ class _Reader:
         self.data, self.family, self.file = data, family, file
         self.read: list[str] = []
         self.assumed: list[str] = []
+        self.defaults: list[Assumption] = []
+
+    def assume(self, text: str, assumption: Assumption) -> None:
+        """Say ``text`` and record the value taken for a field the file leaves out."""
+        self.assumed.append(text)
+        self.defaults.append(replace(assumption, said=text))
+
+    def _default(self, name: str, key: str, value: Any, shown: str, why: str,
+                 stated_by: str | None = None, stated: Any = None) -> None:
+        self.assume(f"{name} = {shown}{f' ({why})' if why else ''}",
+                    Assumption(name, value, why, stated_by or STATED_BY[key], stated))
 
     def _name(self, key: str) -> str:
         return self.family.aliases.get(key, key)
@@ -150,7 +194,7 @@ class _Reader:
             if default is None:
                 raise SpecError(f"the field is missing; it is needed for {why or 'the model shape'}",
                                 file=self.file, key=name)
-            self.assumed.append(f"{name} = {default}{f' ({why})' if why else ''}")
+            self._default(name, key, default, str(default), why)
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise SpecError("must be a positive integer", file=self.file, key=name, value=value)
@@ -161,19 +205,20 @@ class _Reader:
         name = self._name(key)
         value = self.data.get(name)
         if value is None:
-            self.assumed.append(f"{name} = {str(default).lower()} ({why})")
+            self._default(name, key, default, str(default).lower(), why)
             return default
         if not isinstance(value, bool):
             raise SpecError("must be true or false", file=self.file, key=name, value=value)
         self.read.append(name)
         return value
 
-    def fraction(self, key: str, default: float) -> float:
+    def fraction(self, key: str, default: float, stated_by: str) -> float:
         """A probability in [0, 1), such as a dropout."""
         value = self.data.get(key)
         if value is None:
             if default:
-                self.assumed.append(f"{key} = {default:g} (the architecture's default)")
+                self._default(key, key, default, f"{default:g}", "the architecture's default",
+                              stated_by)
             return default
         if isinstance(value, bool) or not isinstance(value, int | float) or \
                 not 0 <= value < 1:
@@ -182,11 +227,13 @@ class _Reader:
         self.read.append(key)
         return float(value)
 
-    def text(self, key: str, default: str) -> str:
+    def text(self, key: str, default: str, stated: Any = None) -> str:
+        """``stated``: the value of the opatlas key (STATED_BY) that states the default."""
         name = self._name(key)
         value = self.data.get(name)
         if value is None:
-            self.assumed.append(f"{name} = {default} (the architecture's default)")
+            self._default(name, key, default, default, "the architecture's default",
+                          stated=stated)
             return default
         self.read.append(name)
         return str(value)
@@ -240,8 +287,10 @@ def _sliding_window(r: _Reader, seq_len: int) -> None:
 def _dropouts(r: _Reader, fam: Family) -> dict[str, float]:
     """The dropouts a training run of this config applies (those that are not 0)."""
     attention, attention_default, hidden, hidden_default = fam.dropouts
-    found = {"attention_dropout": r.fraction(attention, attention_default),
-             "hidden_dropout": r.fraction(hidden, hidden_default) if hidden else 0.0}
+    found = {"attention_dropout": r.fraction(attention, attention_default,
+                                             "model.attention_dropout"),
+             "hidden_dropout": r.fraction(hidden, hidden_default, "model.hidden_dropout")
+             if hidden else 0.0}
     return {k: v for k, v in found.items() if v > 0}
 
 
@@ -290,17 +339,19 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
         positions = seq_len
         window = _window(r)
         if window is not None and window < seq_len:  # the longest full-attention sequence
-            r.assumed.append(f"model.seq_len = sliding_window = {window}, the longest sequence "
-                             f"full attention models (max_position_embeddings is {seq_len}; "
-                             f"set model.seq_len to the run's sequence length)")
+            r.assume(f"model.seq_len = sliding_window = {window}, the longest sequence "
+                     f"full attention models (max_position_embeddings is {seq_len}; "
+                     f"set model.seq_len to the run's sequence length)",
+                     _run_seq_len(window, "sliding_window, the longest full attention models"))
             seq_len = window
         else:
-            r.assumed.append(f"model.seq_len = max_position_embeddings = {seq_len} (set "
-                             f"model.seq_len to the run's sequence length)")
+            r.assume(f"model.seq_len = max_position_embeddings = {seq_len} (set "
+                     f"model.seq_len to the run's sequence length)",
+                     _run_seq_len(seq_len, "max_position_embeddings"))
     elif not fam.rope:
         positions = r.int("max_position_embeddings", why="the learned position table")
     _sliding_window(r, seq_len)
-    act = r.text("hidden_act", fam.default_act)
+    act = r.text("hidden_act", fam.default_act, "swiglu" if fam.gated else "gelu")
     if fam.gated and act not in ("silu", "swish"):
         r.assumed.append(f"the gated FFN with {act} is timed as SwiGLU")
     tied = r.flag("tie_word_embeddings", fam.tied_default, f"{model_type}'s default")
@@ -323,7 +374,20 @@ def map_hf_config(data: dict[str, Any], file: str, seq_len: int | None = None) -
     read = list(dict.fromkeys(r.read))
     table = (r._name("max_position_embeddings"), positions) \
         if positions is not None and not fam.rope else None
-    return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read), table)
+    return HFModel(fields, read, r.assumed, sorted(k for k in data if k not in read), table,
+                   r.defaults)
+
+
+def _run_seq_len(value: int, source: str) -> Assumption:
+    """The run's sequence length, which no config.json field gives, taken from ``source``."""
+    return Assumption("model.seq_len", value, f"the run's sequence length taken as {source}",
+                      "model.seq_len")
+
+
+def unstated(mapped: HFModel, explicit: set[str]) -> list[Assumption]:
+    """The defaults of ``mapped`` that none of the ``explicit`` opatlas keys (``model.kv_heads``,
+    ...) gives instead: those still assumed."""
+    return [a for a in mapped.defaults if a.stated_by not in explicit]
 
 
 def check_positions(mapped: HFModel, seq_len: int, learned: object, file: str) -> None:

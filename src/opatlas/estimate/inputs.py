@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opatlas.errors import OpatlasError, SpecError
 from opatlas.estimate.config import TrainConfig, read_config, upstream_names, validate_config
 from opatlas.estimate.defaults import assumed_defaults
 from opatlas.estimate.overrides import SOURCE as SET_SOURCE
 from opatlas.estimate.overrides import apply_overrides, override_keys
+
+if TYPE_CHECKING:
+    from opatlas.estimate.hf import Assumption
 
 
 @dataclass
@@ -39,7 +42,8 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
     config that does not fix ``parallel.dp`` (a Hugging Face one) likewise, unless ``search``
     (where it is the search's GPU count); a config whose dp·tp·pp disagrees is an error.
     ``strict``: Megatron flags that are not modelled are errors, not notes, and so is a
-    default the input leaves a key to (``assumed_defaults``). ``notes``: a list
+    default the input leaves a key to (``assumed_defaults``), and so is a value opatlas takes
+    for what a Hugging Face config.json leaves out (``_refuse_hf_defaults``). ``notes``: a list
     to collect the assumptions in as they are made, so that a caller can show them even when
     a later step fails (an assumed batch is why a layout does not divide it).
     ``analytical``: the input's measured data will be dropped (``with_flags``), so a data
@@ -79,6 +83,7 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         cfg = validate_config(raw, path, notes, analytical)
     except SpecError as exc:
         raise _named(exc, sets, raw) from None
+    _refuse_hf_defaults(raw, path, cfg, strict)
     _assume(notes, assumed_defaults(raw), strict, str(path))
     if gpus is not None and cfg.gpus != gpus:
         raise OpatlasError(f"--gpus {gpus} disagrees with the config's dp·tp·pp = "
@@ -134,6 +139,7 @@ def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int 
         pinned = _held_values(resolved, held, cfg)
     except SpecError as exc:
         raise _named(exc, sets, raw) from None
+    _refuse_hf_defaults(raw, path, cfg, strict)
     _assume(notes, assumed_defaults(raw, search=True), strict, str(path))
     return Inputs(cfg, notes, steps, pinned)
 
@@ -218,9 +224,50 @@ def _assume(notes: list[str], assumed: list[str], strict: bool, source: str | No
     """The defaults ``assumed`` said in ``notes``; under ``strict`` the first is an error
     naming them and how to give them (in ``source``, the config, or with --set)."""
     if strict and assumed:
-        raise SpecError(f"{assumed[0]} (--strict refuses defaults: give these keys)",
-                        file=source)
+        raise strict_refusal(assumed[0], "give these keys", file=source)
     notes.extend(assumed)
+
+
+def strict_refusal(assumption: str, how: str, *, file: str | None, key: str | None = None,
+                   value: object = None) -> SpecError:
+    """The one error ``--strict`` makes of a default the input leaves to opatlas: the
+    ``assumption`` and ``how`` to state the value instead."""
+    return SpecError(f"{assumption} (--strict refuses defaults: {how})", file=file, key=key,
+                     value=value)
+
+
+def _refuse_hf_defaults(raw: dict[str, Any], path: Path, cfg: TrainConfig,
+                        strict: bool) -> None:
+    """Under ``strict``, the first value taken for a field a Hugging Face config.json leaves
+    out (``model.hf``: already said in the notes as it was mapped) is an error, unless the
+    input gives the opatlas key that states it (``--set model.kv_heads=...``); so is the
+    global batch assumed beside it."""
+    model = raw.get("model")
+    if not strict or not isinstance(model, dict) or "hf" not in model:
+        return
+    from opatlas.estimate.hf import Assumption, map_hf_config, read_hf_config, unstated
+    from opatlas.estimate.sources import _hf_path
+
+    file = _hf_path(model["hf"], path)  # validated already: it maps as it did then
+    seq_len = cfg.model.seq_len if "seq_len" in model else None  # as validation read it
+    mapped = map_hf_config(read_hf_config(file), str(file), seq_len)
+    left = unstated(mapped, {f"model.{k}" for k in model if k != "hf"})
+    training = raw.get("training")
+    if not isinstance(training, dict) or "global_batch" not in training:
+        left.append(Assumption("training.global_batch", cfg.training.global_batch,
+                               "about 4 Mi tokens per step", "training.global_batch"))
+    if left:
+        a = left[0]
+        raise strict_refusal(f"the config.json leaves it out; {a.value} would be assumed "
+                             f"({a.why})", f"state it with {_how(a)}",
+                             file=str(file), key=a.key, value=a.value)
+
+
+def _how(a: Assumption) -> str:
+    """How to state the value of the Assumption ``a`` explicitly."""
+    value = str(a.given).lower() if isinstance(a.given, bool) else a.given
+    how = f"--set {a.stated_by}={value}"
+    return how if a.key == a.stated_by else f"{how}, or write {a.key} into the config.json"
 
 
 def _named(exc: SpecError, sets: Sequence[str], raw: dict[str, Any]) -> SpecError:

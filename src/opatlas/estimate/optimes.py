@@ -21,6 +21,12 @@ class RooflineFallbackWarning(UserWarning):
     """Data mode: some ops have no measured data and use the roofline."""
 
 
+class ReferenceImplementationWarning(UserWarning):
+    """Data mode: some ops are timed from measurements of opatlas's own implementation of
+    them, which differs from the kernels training stacks run (unfused for fused, a loop for a
+    grouped kernel)."""
+
+
 class RooflineTimes:
     def __init__(self, device: Device, dtype: str, compute_eff: float, memory_eff: float) -> None:
         self.device, self.dtype = device, dtype
@@ -45,19 +51,26 @@ class DataTimes(RooflineTimes):
     """The Predictor's models for ops the data has; the roofline for the others."""
 
     def __init__(self, device: Device, device_name: str, dtype: str, data: str,
-                 compute_eff: float, memory_eff: float, strict: bool = False) -> None:
+                 compute_eff: float, memory_eff: float, strict: bool = False,
+                 roofline: tuple[str, ...] = ()) -> None:
         super().__init__(device, dtype, compute_eff, memory_eff)
         from opatlas.predict import Predictor
 
         self.predictor = Predictor.shared(device=device_name, dtype=dtype, data=data)
         self.predictor.check_device()
         self.strict = strict
+        self.by_roofline = frozenset(roofline)  # ops.roofline: timed so whatever the data has
         self.fallbacks: set[str] = set()  # ops the data lacks
         self.too_few: set[str] = set()  # ops with fewer rows than a model is fitted on
+        self.asked: set[str] = set()  # "op/pass" timed by the roofline as ops.roofline asks
+        self.references: dict[str, str] = {}  # op -> how the data's implementation differs
 
     def __call__(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
+        if self.by_roofline and roofline_asked(op, self.by_roofline):
+            self.asked.add(f"{op}/{pass_}")
+            return super().__call__(op, shapes, pass_)
         try:
-            return self.predictor.predict(op, shapes, pass_=pass_) * 1e-6
+            times = self.predictor.predict(op, shapes, pass_=pass_) * 1e-6
         except TooFewRows:
             self.too_few.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
@@ -66,17 +79,24 @@ class DataTimes(RooflineTimes):
         except OpatlasError:
             self.fallbacks.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
+        if op not in self.references:
+            from opatlas.columns import as_columns
+
+            self.references[op] = self.predictor.reference_note(op, as_columns(shapes))
+        return times
 
     def roofline_ops(self) -> frozenset[str]:
-        return frozenset(self.fallbacks | self.too_few)
+        return frozenset(self.fallbacks | self.too_few | self.asked)
 
     def fallback_notes(self) -> list[str]:
         """One note per op without data (or too little); said on stderr once, or an error
         when strict."""
         from opatlas.fit.recipes import MIN_FIT_ROWS
 
+        notes = self._reference_notes() + [f"op {x} is timed by the roofline (ops.roofline)"
+                                           for x in sorted(self.asked)]
         if not self.fallbacks and not self.too_few:
-            return []
+            return notes
         where = f"{self.predictor.device} {self.dtype} in {self.predictor.data_source}"
         few = f"fewer than {MIN_FIT_ROWS} measured rows"
         said = "; ".join(
@@ -90,7 +110,36 @@ class DataTimes(RooflineTimes):
                       RooflineFallbackWarning, stacklevel=2)
         why = {**{x: "has no measured data" for x in self.fallbacks},
                **{x: f"has {few}" for x in self.too_few}}
-        return [f"op {x} {why[x]}; roofline used" for x in sorted(why)]
+        return notes + [f"op {x} {why[x]}; roofline used" for x in sorted(why)]
+
+    def _reference_notes(self) -> list[str]:
+        """Ops timed from measurements of opatlas's own implementation, where it differs from
+        the kernels training stacks run: said on stderr, or an error when strict."""
+        from opatlas.predict.predictor import catalog_name
+
+        refs = {op: note for op, note in sorted(self.references.items()) if note}
+        if not refs:
+            return []
+        where = self.predictor.data_source
+        said = "; ".join(f"{op} is timed from {where}'s measurements of opatlas's "
+                         f"{catalog_name(op)}, which {note}" for op, note in refs.items())
+        fix = f"ops.roofline: [{', '.join(refs)}] times them by the roofline instead"
+        if self.strict:
+            raise OpatlasError(f"ops.mode data, strict: {said}; {fix}, or drop --strict "
+                               f"(ops.strict)")
+        warnings.warn(f"{said}: the estimate carries that cost ({fix}; --strict makes this "
+                      f"an error)", ReferenceImplementationWarning, stacklevel=3)
+        return [f"op {op} is timed from measurements of opatlas's {catalog_name(op)}, which "
+                f"{note}" for op, note in refs.items()]
+
+
+def roofline_asked(op: str, names: frozenset[str]) -> bool:
+    """Whether ``ops.roofline``'s ``names`` take ``op``: by its own name, or by the catalog op
+    it runs (``masked_softmax`` takes ``ScaledUpperTriangMaskedSoftmax``; ``linear`` every
+    linear, ``linear1`` only itself)."""
+    from opatlas.predict.predictor import catalog_name
+
+    return op in names or catalog_name(op) in names
 
 
 def device_problem(cluster_device: str, dtype: str, ops: Any, analytical: bool = False
@@ -134,4 +183,5 @@ def op_times(cluster_device: str, dtype: str, ops: Any) -> tuple[Device, Rooflin
 
     device = Predictor.shared(device=name, dtype=dtype, data=ops.data).device_entry(name, dtype)
     return device, DataTimes(device, name, dtype, ops.data, ops.compute_efficiency,
-                             ops.memory_efficiency, strict=getattr(ops, "strict", False))
+                             ops.memory_efficiency, strict=getattr(ops, "strict", False),
+                             roofline=tuple(getattr(ops, "roofline", ())))

@@ -57,7 +57,7 @@ def resolve_hf(data: dict[str, Any], base: Path, notes: list[str] | None,
     mapped = map_hf_config(read_hf_config(path), str(path), seq_len)
     label = f"bundled {path.stem}" if bundled_hf(path.stem) == path else str(path)
     if notes is not None:
-        notes.extend(mapped.notes(label))
+        notes.extend(mapped.notes(label, frozenset(f"model.{k}" for k in explicit)))
         if explicit:
             notes.append(f"{label}: given explicitly: "
                          + ", ".join(f"model.{k} = {v}" for k, v in explicit.items()))

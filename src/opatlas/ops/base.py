@@ -71,6 +71,10 @@ class Op:
     choices: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     accepts_extra: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    # what this catalog op runs where that differs from the kernels training stacks run
+    # (several unfused kernels for one fused one; a loop for a grouped kernel): an estimate
+    # timed from the catalog's own measurements of it says so, as it says a roofline fallback
+    reference_note: ClassVar[str] = ""
 
     # -- parameters -------------------------------------------------------------------------
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:

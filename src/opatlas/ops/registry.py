@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
@@ -202,16 +204,52 @@ def _import_ops_module(path: str | Path) -> bool:
     elif str(path) in sys.modules:
         return False
     else:
-        try:
-            importlib.import_module(str(path))
-        except ModuleNotFoundError as exc:
-            if exc.name and (str(path) == exc.name or str(path).startswith(f"{exc.name}.")):
-                raise OpatlasError(f"--ops-module {path}: no such module (nor a file of that "
-                                   f"name); give a .py file or an importable module") from None
-            raise _import_error(str(path), exc) from None
-        except Exception as exc:
-            raise _import_error(str(path), exc) from None
+        _import_named(str(path))
     return True
+
+
+def _import_named(name: str) -> None:
+    """Import the module ``name``: from the Python path, else from the current directory, as
+    ``python -m`` would find it (the ``opatlas`` console script does not put the current
+    directory on the path). The current directory is on the path only while it imports."""
+    try:
+        importlib.import_module(name)
+        return
+    except ModuleNotFoundError as exc:
+        if not _is_missing(name, exc):
+            raise _import_error(name, exc) from None
+    except Exception as exc:
+        raise _import_error(name, exc) from None
+    here = Path.cwd()
+    if importlib.machinery.PathFinder.find_spec(name.partition(".")[0], [str(here)]) is None:
+        raise OpatlasError(f"--ops-module {name}: no such module on the Python path nor in "
+                           f"the current directory ({here}), nor a file of that name; give a "
+                           f".py file or an importable module")
+    try:
+        with _cwd_on_path(here):
+            importlib.import_module(name)
+    except Exception as exc:
+        raise _import_error(name, exc) from None
+
+
+def _is_missing(name: str, exc: ModuleNotFoundError) -> bool:
+    """Whether ``exc`` says that ``name`` itself (or its package) is missing, not a module
+    that ``name`` imports."""
+    return bool(exc.name) and (name == exc.name or name.startswith(f"{exc.name}."))
+
+
+@contextmanager
+def _cwd_on_path(cwd: Path) -> Iterator[None]:
+    """The current directory ``cwd`` first on ``sys.path`` while the block runs (a module it
+    imports stays imported; the path is as it was after)."""
+    here = str(cwd)
+    sys.path.insert(0, here)
+    importlib.invalidate_caches()  # a file written since the last look is seen
+    try:
+        yield
+    finally:
+        with suppress(ValueError):
+            sys.path.remove(here)
 
 
 def _import_error(path: str, exc: Exception) -> OpatlasError:

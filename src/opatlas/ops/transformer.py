@@ -185,6 +185,9 @@ class MaskedSoftmax(_Rowwise):
     params = ("b", "h", "l")
     defaults = {"mp": 1}
     description = "scaled causal-masked softmax (fused where PyTorch has it)"
+    reference_note = ("runs the scale, the causal mask and the softmax as separate PyTorch "
+                      "kernels over the whole (l, l) scores, where Megatron-LM's "
+                      "ScaledUpperTriangMaskedSoftmax is one fused kernel")
     rules = (Rule("h % mp != 0", lambda p: p["h"] % p["mp"] == 0),)
     fwd_flops_per_elem, bwd_flops_per_elem = 6.0, 5.0
 
@@ -611,6 +614,8 @@ class Moe(Op):
     params = ("b", "l", "dim", "experts", "top_k")
     defaults = {"mp": 1, "ffn": 0, "gated": 0}
     description = "mixture of experts: top-k routing + grouped expert GEMMs"
+    reference_note = ("runs its experts in a Python loop (one GEMM pair per expert after a "
+                      "host sync), where training stacks run grouped GEMM kernels")
     rules = (Rule("top_k > experts", lambda p: p["top_k"] <= p["experts"]),
              Rule("ffn % mp != 0", lambda p: _ffn(p) % p["mp"] == 0))
 

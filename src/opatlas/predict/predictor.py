@@ -196,6 +196,20 @@ class Predictor:
                 return stored, {**shapes, **{k: [v] * n for k, v in values.items()}}
         return ETT_NAMES.get(op, op), shapes
 
+    def reference_note(self, op: str, shapes: Columns) -> str:
+        """How the data's measurements of ``op`` differ from the kernels training stacks run:
+        the catalog op's ``reference_note`` where the rows used are filed under the catalog's
+        own name (opatlas's implementation measured them: the ``h100`` sweep's unfused
+        ``masked_softmax``); empty where they are filed under upstream's names (the bundled
+        A100 samples time Megatron-LM's fused ``ScaledUpperTriangMaskedSoftmax``)."""
+        from opatlas.ops.registry import get_op
+
+        try:
+            note = get_op(op)[0].reference_note
+        except OpatlasError:
+            return ""
+        return note if note and self.resolve_op(op, shapes)[0] == catalog_name(op) else ""
+
     def model(self, op: str, pass_: str, device: str | None = None, dtype: str | None = None
               ) -> OpModel:
         """The model of (op, pass) on the device and dtype: loaded, cached, or fitted now."""
@@ -507,6 +521,17 @@ class Predictor:
         else:
             times = model.predict(take(table, first))[codes]
         return self._floored(name, pass_, times, device, dtype)
+
+
+def catalog_name(op: str) -> str:
+    """The catalog op an op name or alias runs (``masked_softmax`` for
+    ``ScaledUpperTriangMaskedSoftmax``); the name itself outside the catalog."""
+    from opatlas.ops.registry import get_op
+
+    try:
+        return get_op(op)[0].name
+    except OpatlasError:
+        return op
 
 
 def user_op_revision(op: str) -> str:

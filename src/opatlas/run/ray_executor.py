@@ -142,18 +142,79 @@ def shipped_ops_modules(ops_modules: Sequence[str]) -> tuple[list[str], list[str
     return files, names
 
 
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast and clearly on a HOST:PORT nobody listens on (Ray itself retries for
-    minutes). ``auto`` and ``ray://`` addresses are left to Ray."""
-    host, sep, port = address.rpartition(":")
-    if address == "auto" or "://" in address or not sep or not port.isdigit():
+# The client's side of HTTP/2's connection preface (RFC 9113, 3.4): the magic and an empty
+# SETTINGS frame. Ray's GCS (and its client server, ray://) is a gRPC server, which answers at
+# once with its own SETTINGS frame; a silent port, or a service that is not gRPC, does not.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+H2_SETTINGS = 4  # a SETTINGS frame's type: the fourth byte of the 9-byte frame header
+START_HINT = ("start one there with `ray start --head --port {port}`, use --address auto on a "
+              "node of a running cluster, or leave --address out to start Ray on this machine")
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT`` (``[::1]:6379`` too); None for
+    ``auto`` and any other form, which is left to Ray."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if "://" in rest or not sep or not host or not port.isdigit():
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+PROBE_TIMEOUT_S = 5.0  # how long a port that accepts may stay silent before it is not Ray
+
+
+def check_reachable(address: str, timeout_s: float | None = None) -> None:
+    """Fail within about ``timeout_s``, with one clear error, unless a gRPC server (as Ray's GCS
+    is) answers at ``address``: ``ray.init`` itself retries a closed or silent port for minutes.
+    ``auto`` and forms other than ``[ray://]HOST:PORT`` are left to Ray; with RAY_USE_TLS on,
+    only the connection is checked (said on stderr)."""
+    where = split_address(address)
+    if where is None:
         return
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
+    deadline = time.monotonic() + timeout_s
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        sock = socket.create_connection(where, timeout=timeout_s)
     except OSError as exc:
-        raise OpatlasError(f"--address {address}: nothing answers there ({exc}); start a cluster "
-                           f"with `ray start --head`, use --address auto on a node of a running "
-                           f"cluster, or leave --address out to start Ray on this machine") from None
+        raise OpatlasError(f"--address {address}: nothing answers there ({exc}), so no Ray "
+                           f"cluster answered; " + START_HINT.format(port=where[1])) from None
+    with sock:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            print(f"opatlas: RAY_USE_TLS is on: only checked that {address} accepts "
+                  f"connections, not that Ray answers there", file=sys.stderr)
+            return
+        why = _not_grpc(sock, deadline, timeout_s)
+    if why:
+        raise _no_cluster(address, where[1], why)
+
+
+def _not_grpc(sock: socket.socket, deadline: float, timeout_s: float) -> str | None:
+    """Why the server on ``sock`` is not a gRPC server (its answer to an HTTP/2 client
+    preface, by ``deadline``, is not a SETTINGS frame); None when it is one."""
+    got = b""
+    try:
+        sock.sendall(H2_PREFACE)
+        while len(got) < 9:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            part = sock.recv(9 - len(got))
+            if not part:
+                return f"the port accepts connections, then closes them: not Ray ({got!r})"
+            got += part
+    except TimeoutError:
+        if not got:
+            return (f"the port accepts connections but nothing answered within {timeout_s:g} s: "
+                    f"not a Ray head's port? (6379 unless `ray start --port` said otherwise)")
+    except OSError as exc:
+        return f"the port accepts connections, then fails them: not Ray ({exc})"
+    if len(got) < 9 or got[3] != H2_SETTINGS:
+        return f"what answers there does not speak gRPC, so it is not Ray: {got!r}"
+    return None
+
+
+def _no_cluster(address: str, port: int, why: str) -> OpatlasError:
+    return OpatlasError(f"--address {address}: no Ray cluster answered there ({why}); "
+                        + START_HINT.format(port=port))
 
 
 def connect(ray: Any, cfg: RayConfig, ship: Sequence[str] = ()) -> bool:
@@ -597,6 +658,8 @@ def run_spec_ray(spec: SweepSpec, store: Store, config: RunConfig | None = None,
     ray = import_ray()
     config = config or RunConfig()
     ray_config = ray_config or RayConfig()
+    if ray_config.address and not ray.is_initialized():
+        check_reachable(ray_config.address)  # before the sweep is recorded in the store
     plan = prepare_run(spec, store, config, parts=parts, part=part, where=where)
     started = connect(ray, ray_config, shipped_ops_modules(config.ops_modules)[0])
     try:

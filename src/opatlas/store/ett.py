@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opatlas.errors import StoreError
+from opatlas.errors import OpatlasError, StoreError
 from opatlas.ops.registry import catalog_counts, lacking_params
 from opatlas.samples import bundled_dataset, filed_device_name, parse_sample_name
 from opatlas.store.db import ResultRow, Store
@@ -214,6 +214,8 @@ def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
     # every file read (and checked) before any is added: a bad one leaves the store as it was
     read = [(path, *merge_repeats(read_sample_file(path))) for path in samples]
     for path, rows, repeated in read:
+        if rows and (note := _outside_catalog(rows[0].op, path)):
+            print(f"opatlas: note: {note}", file=sys.stderr)
         if repeated:
             print(f"opatlas: note: {rows[0].op} ({path.name}): {repeated} shape(s) appear "
                   f"more than once; each is stored once, with the median (and mean, min, "
@@ -226,6 +228,24 @@ def import_ett_samples(store: Store, directory: str | Path) -> dict[str, int]:
                          f"no estimate-train-time sample files ({{GPU}}_{{op}}_{{precision}}"
                          f".csv) found under {directory}")
     return added
+
+
+def _outside_catalog(op: str, path: Path) -> str | None:
+    """What importing samples of ``op`` (from ``path``) lacks when the op catalog does not
+    know it (a user's op whose module was not given): its parameters are not checked and
+    its rows have no FLOP or byte counts. None for a catalog op or a collective."""
+    from opatlas.ops.registry import get_op
+
+    if op.startswith("nccl."):
+        return None
+    try:
+        get_op(op)
+    except OpatlasError:
+        return (f"op {op!r} ({path.name}) is not in the op catalog: its rows are stored with "
+                f"the parameters the file gives, unchecked, and without FLOP or byte counts; "
+                f"if it is your own op, pass the module that registers it with --ops-module "
+                f"FILE")
+    return None
 
 
 @dataclasses.dataclass
