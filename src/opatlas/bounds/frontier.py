@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +14,16 @@ import numpy as np
 import pandas as pd
 
 from opatlas.bounds.einsum import Einsum
-from opatlas.bounds.mapspace import Mapspace, TilingSpace, build_mapspace
+from opatlas.bounds.mapspace import Mapspace, TilingSpace, build_mapspace, mappings_of
 from opatlas.bounds.prune import frontier_tilings, pareto_indices
+from opatlas.errors import OpatlasError
+
+# The exact search evaluates every tiling and, by dynamic programming, every loop order of it:
+# Timeloop's "mappings". On 2 cores it covers about 6 M mappings/s for 3 ranks, 20-35 M/s for
+# 4-7 (measured: 720720^3, 82 M mappings, 14 s; bmm 5040^4, 296 M, 13 s; a 5-rank Einsum,
+# 5.2 G, 221 s), so this limit keeps a search to about a minute or two. The artifact's
+# figures need at most 3.5 M (its GBMM template with G = 32).
+DEFAULT_MAX_MAPPINGS = 500_000_000
 
 
 def _describe(value: Any) -> str:
@@ -137,8 +146,7 @@ class Frontier(Curve):
         op/B, then the word size and buffer/accesses in bytes."""
         wb = self.einsum.word_bytes
         df = pd.DataFrame({"buffer": self.buffer, "accesses": self.accesses, "oi": self.oi(),
-                           "word_bytes": wb, "buffer_bytes": self.buffer * wb,
-                           "accesses_bytes": self.accesses * wb})
+                           **byte_columns(self.buffer, self.accesses, wb)})
         for t in self.einsum.tensors:
             df[f"{t.name}_occupancy"] = [p[t.name][0] for p in self.per_tensor]
             df[f"{t.name}_accesses"] = [p[t.name][1] for p in self.per_tensor]
@@ -177,22 +185,117 @@ class Frontier(Curve):
         return rows
 
 
+def byte_columns(buffer: np.ndarray, accesses: np.ndarray, word_bytes: int
+                 ) -> dict[str, Any]:
+    """The columns every bound table carries after buffer and accesses in words: the word
+    size, and buffer and accesses in bytes."""
+    return {"word_bytes": word_bytes, "buffer_bytes": buffer * word_bytes,
+            "accesses_bytes": accesses * word_bytes}
+
+
 def describe_mapping(m: dict[str, Any]) -> str:
     loops = " ".join(f"{r}{m['dram'][r]}" for r in m["order"]) or "-"
     tiles = " ".join(f"{r}{t}" for r, t in m["tile"].items())
     return f"DRAM[{loops}] Buffer[{tiles}]"
 
 
+class TooManyMappings(OpatlasError):
+    """The search would evaluate more mappings than allowed (``frontier(max_mappings=...)``)."""
+
+    def __init__(self, einsum: Einsum, tilings: int, mappings: int, limit: int) -> None:
+        self.tilings, self.mappings, self.limit = tilings, mappings, limit
+        super().__init__(f"{einsum.name}: the exact search covers {mappings:,} mappings "
+                         f"({tilings:,} tilings, each with its loop orders), above the limit of "
+                         f"{limit:,} (max_mappings)")
+
+
+def divisor_count(n: int) -> int:
+    """How many divisors ``n`` has, from its prime factorisation (fast for the composite sizes
+    that make big spaces; a large prime factor costs what listing the divisors does)."""
+    count, p = 1, 2
+    while p * p <= n:
+        k = 0
+        while n % p == 0:
+            n, k = n // p, k + 1
+        count *= k + 1
+        p += 1 if p == 2 else 2
+    return count * (2 if n > 1 else 1)
+
+
+def ceil_tile_count(n: int) -> int:
+    """How many distinct ``ceil(n / f)`` there are for f = 1 .. n (the imperfect tiles of a
+    rank of n): ``floor((n − 1) / f)`` takes 2·r − [r·(r + 1) > n − 1] values ≥ 1, with
+    r = isqrt(n − 1), and one more (0, tile 1) at f = n."""
+    if n == 1:
+        return 1
+    m = n - 1
+    r = math.isqrt(m)
+    return 2 * r - (r * (r + 1) > m) + 1
+
+
+def search_size(einsum: Einsum, *, imperfect: bool = False) -> tuple[int, int]:
+    """(tilings, mappings) the exact search covers, counted without listing them: the product
+    of the ranks' tile counts, and Timeloop's mapspace size, Σ over tilings of (non-unit DRAM
+    loops)! (as :meth:`TilingSpace.mapping_count`: the tilings with j non-unit loops are a
+    coefficient of Π (1 + (tiles − 1)·x), each rank's whole-rank tile being its unit loop)."""
+    count = ceil_tile_count if imperfect else divisor_count
+    tiles = [count(n) for n in einsum.ranks.values() if n > 1]
+    return math.prod(tiles), mappings_of(tiles)
+
+
+Report = Callable[[int, int], None]  # (tilings searched, all tilings)
+
+
+@dataclass(frozen=True)
+class _Reporting(TilingSpace):
+    """A tiling space that says how far the search has got. The pruned search streams the
+    tilings in ascending number, chunk by chunk, each through :meth:`tiles`: the first number
+    asked for is how many tilings are done."""
+
+    report: Callable[[int], None] | None = None
+
+    def tiles(self, flat: np.ndarray) -> np.ndarray:
+        flat = np.asarray(flat, dtype=np.int64)
+        if self.report is not None and len(flat):
+            self.report(int(flat.min()))
+        return super().tiles(flat)
+
+
+def _watched(space: TilingSpace, progress: Report) -> _Reporting:
+    """``space`` calling ``progress(done, total)`` each time the search gets further."""
+    reached = [0]
+
+    def report(done: int) -> None:
+        if done > reached[0]:
+            reached[0] = done
+            progress(done, space.size)
+
+    progress(0, space.size)
+    return _Reporting(space.einsum, space.ranks, space.cands, space.imperfect, space.resident,
+                      report)
+
+
 def frontier(einsum: Einsum, *, imperfect: bool = False,
-             resident: frozenset[str] | set[str] = frozenset()) -> Frontier:
+             resident: frozenset[str] | set[str] = frozenset(),
+             max_mappings: int | None = None, progress: Report | None = None) -> Frontier:
     """Compute the exact frontier of ``einsum`` (see :mod:`opatlas.bounds.mapspace`), streaming
     the tilings and pruning those that cannot be on it (:mod:`opatlas.bounds.prune`).
-    Anything but an :class:`Einsum` is a TypeError (an Einsum checks its own sizes)."""
+    Anything but an :class:`Einsum` is a TypeError (an Einsum checks its own sizes).
+
+    ``max_mappings``: refuse (:class:`TooManyMappings`, before any work) a search over more
+    mappings than this (:func:`search_size`); None: no limit. ``progress(done, total)`` hears
+    how many of the tilings have been searched, as the search goes."""
     if not isinstance(einsum, Einsum):
         raise TypeError(f"frontier() takes an Einsum (e.g. gemm(M, K, N)), got "
                         f"{_describe(einsum)}")
+    if max_mappings is not None:
+        tilings, mappings = search_size(einsum, imperfect=imperfect)
+        if mappings > max_mappings:
+            raise TooManyMappings(einsum, tilings, mappings, max_mappings)
     space = TilingSpace.of(einsum, imperfect=imperfect, resident=resident)
-    flat = np.sort(frontier_tilings(space))
+    flat = np.sort(frontier_tilings(space if progress is None else _watched(space, progress)))
+    if progress is not None:
+        progress(space.size, space.size)
     ms = build_mapspace(einsum, imperfect=imperfect, resident=resident, tiles=space.tiles(flat))
     return frontier_from_mapspace(ms, tilings=space.size, mapspace_size=space.mapping_count())
 

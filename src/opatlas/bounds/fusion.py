@@ -22,9 +22,10 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from opatlas.bounds.einsum import Einsum, gemm
-from opatlas.bounds.frontier import Curve, frontier
+from opatlas.bounds.frontier import Curve, byte_columns, frontier
 from opatlas.bounds.mapspace import divisors
 
 
@@ -122,3 +123,13 @@ def envelope(curves: list[Curve], label: str = "best of") -> Curve:
 def _scaled(c: Curve, heads: int) -> Curve:
     """``heads`` independent copies run one after another: accesses scale, the buffer does not."""
     return Curve(c.buffer, c.accesses * heads, c.label)
+
+
+def curves_frame(curves: list[Curve], word_bytes: int = 1) -> pd.DataFrame:
+    """One row per point of every curve (``scheme``: its label): buffer and accesses in words,
+    then the word size and both in bytes, as a single Einsum's table
+    (:meth:`~opatlas.bounds.frontier.Frontier.to_frame`)."""
+    return pd.concat([pd.DataFrame({"scheme": c.label, "buffer": c.buffer,
+                                    "accesses": c.accesses,
+                                    **byte_columns(c.buffer, c.accesses, word_bytes)})
+                      for c in curves], ignore_index=True)

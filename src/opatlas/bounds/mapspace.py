@@ -77,11 +77,17 @@ class TilingSpace:
         """Timeloop's mapspace size: Σ over tilings of (number of non-unit DRAM loops)!. Each
         rank has one tile (the whole rank) whose loop is unit, so the count of tilings with j
         non-unit loops is a coefficient of Π (1 + (candidates − 1)·x)."""
-        poly = [1]
-        for c in self.cands:
-            m = len(c) - 1
-            poly = [a + m * b for a, b in zip([*poly, 0], [0, *poly], strict=True)]
-        return sum(coef * math.factorial(j) for j, coef in enumerate(poly))
+        return mappings_of([len(c) for c in self.cands])
+
+
+def mappings_of(tile_counts: list[int]) -> int:
+    """Timeloop's mapspace size of ranks with these tile counts: Σ over tilings of (number of
+    non-unit DRAM loops)!. Each rank's whole-rank tile is its unit loop, so the tilings with j
+    non-unit loops are a coefficient of Π (1 + (count − 1)·x)."""
+    poly = [1]
+    for c in tile_counts:
+        poly = [a + (c - 1) * b for a, b in zip([*poly, 0], [0, *poly], strict=True)]
+    return sum(coef * math.factorial(j) for j, coef in enumerate(poly))
 
 
 @dataclass

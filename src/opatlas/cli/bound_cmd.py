@@ -73,6 +73,12 @@ ImperfectOpt = typer.Option(False, "--imperfect",
                                  "moves only the elements that exist.")
 
 
+MaxMappingsOpt = typer.Option(
+    None, "--max-mappings", min=1,
+    help="Refuse a search over more mappings (tilings x loop orders) than this, counted before "
+         "it starts; default 500,000,000 (a minute or two). Raise it to run a bigger one.")
+
+
 def _write_table(frame: Any, path: Path) -> None:
     """``--csv``: the table to its file, or as CSV to standard output for ``-``."""
     from opatlas.tables import write_table
@@ -88,12 +94,11 @@ def _one_stdout(outputs: dict[str, bool]) -> None:
 
 
 def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
-          plot: Path | None, at: float | None, imperfect: bool) -> None:
-    from opatlas.bounds import frontier
-
+          plot: Path | None, at: float | None, imperfect: bool,
+          max_mappings: int | None = None) -> None:
     to_stdout = {"--csv -": str(csv) == "-", "--artifact-csv -": str(artifact_csv) == "-"}
     _one_stdout({**to_stdout, "--json": as_json, "--at": at is not None})
-    f = frontier(e, imperfect=imperfect)
+    f = _searched(e, imperfect, max_mappings)
     if csv is not None:
         _write_table(f.to_frame(), csv)
     if artifact_csv is not None:
@@ -116,6 +121,57 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
         typer.echo(json.dumps(f.to_json()))
         return
     _print(f)
+
+
+def _searched(e: Einsum, imperfect: bool, max_mappings: int | None) -> Frontier:
+    """The frontier of ``e``, refused up front when its search covers more than
+    ``max_mappings`` mappings (the default when None), with progress on stderr when it runs
+    for more than a moment."""
+    from opatlas.bounds.frontier import DEFAULT_MAX_MAPPINGS, TooManyMappings, frontier
+
+    limit = DEFAULT_MAX_MAPPINGS if max_mappings is None else max_mappings
+    try:
+        with _SearchProgress(e.name) as progress:
+            return frontier(e, imperfect=imperfect, max_mappings=limit, progress=progress)
+    except TooManyMappings as exc:
+        raise OpatlasError(
+            f"{e.name}: the exact search covers {exc.mappings:,} mappings ({exc.tilings:,} "
+            f"tilings x their loop orders), above the limit of {limit:,}; it may run long: "
+            f"give --max-mappings {exc.mappings} to run it anyway, or sizes with fewer "
+            f"divisors" + ("" if not imperfect else " (or leave out --imperfect)")) from None
+
+
+class _SearchProgress:
+    """``progress(done, total)`` for :func:`~opatlas.bounds.frontier.frontier`: nothing until
+    the search has run ``DELAY`` seconds, then a bar on a terminal's stderr, else a line every
+    tenth of the tilings (and every 30 s); never on stdout, which may hold --json or --csv -."""
+
+    DELAY = 2.0
+
+    def __init__(self, name: str) -> None:
+        import time
+
+        self.name, self.start, self.bar = name, time.monotonic(), None
+
+    def __enter__(self) -> _SearchProgress:
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        import time
+
+        if self.bar is None:
+            if time.monotonic() - self.start < self.DELAY:
+                return
+            from opatlas.run.progress import Progress
+
+            self.bar = Progress(total, label=f"bound {self.name}", unit="tilings",
+                                log_every=max(1, total // 10)).__enter__()
+            self.bar.t0 = self.start  # the rate counts the work done before the bar showed
+        self.bar.advance("searched", done - self.bar.done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
 
 
 AT_UNITS = {"buffer": "words", "accesses": "words", "buffer_bytes": "bytes",
@@ -218,7 +274,8 @@ def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
              N: int = typer.Argument(..., min=1, help="Columns of B and C."), word_bytes: int = WordOpt,
              as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
-             at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
+             at: float | None = AtOpt, imperfect: bool = ImperfectOpt,
+             max_mappings: int | None = MaxMappingsOpt) -> None:
     """Bound of C[M,N] = A[M,K]·B[K,N].
 
     Examples:
@@ -232,7 +289,7 @@ def gemm_cmd(M: int = typer.Argument(..., min=1, help="Rows of A and C."),
     from opatlas.bounds import gemm
 
     e = _made(f"gemm {M} {K} {N}", gemm, M, K, N, word_bytes)
-    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect, max_mappings)
 
 
 def _grouped_bmm(M: int, K: int, N: int, H: int = 1, G: int = 1, word_bytes: int = 1, *,
@@ -284,7 +341,8 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
                       "Fig. 13/14 and bound figures do."),
              word_bytes: int = WordOpt, as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
-             at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
+             at: float | None = AtOpt, imperfect: bool = ImperfectOpt,
+             max_mappings: int | None = MaxMappingsOpt) -> None:
     """Bound of the grouped BMM of grouped-query attention: H heads in G groups, the H/G
     heads of a group sharing its weights (H·M·K·N multiply-accumulates).
 
@@ -299,7 +357,7 @@ def gbmm_cmd(M: int = typer.Argument(..., min=1, help="Rows of each head's input
     """
     e = _made(f"gbmm {M} {K} {N}", _grouped_bmm, M, K, N, heads, groups, word_bytes,
               artifact=artifact_template)
-    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect, max_mappings)
 
 
 _CONV_OPTIONS = ("r", "s", "p", "q", "c", "k", "n", "wstride", "hstride", "wdilation",
@@ -335,7 +393,8 @@ def conv_cmd(ctx: typer.Context,
              hdilation: int = _conv_opt("hdilation"), word_bytes: int = WordOpt,
              as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
              artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
-             at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
+             at: float | None = AtOpt, imperfect: bool = ImperfectOpt,
+             max_mappings: int | None = MaxMappingsOpt) -> None:
     """Bound of a convolution (Timeloop cnn-layer, sliding-window halo reuse).
 
     Examples:
@@ -360,7 +419,7 @@ def conv_cmd(ctx: typer.Context,
                            "--s 3 --p 16 --q 16 --c 64 --k 64)")
     if spec and all(x.isdigit() for x in spec):
         e = _conv_from_sizes("conv", [int(x) for x in spec], word_bytes)
-        _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+        _emit(e, as_json, csv, artifact_csv, plot, at, imperfect, max_mappings)
         return
     if len(spec) > 1:
         raise OpatlasError(f"conv {' '.join(spec)!r}: expected sizes (whole numbers: R S P Q C "
@@ -370,7 +429,7 @@ def conv_cmd(ctx: typer.Context,
             r, s, p, q, c, k, n, wstride, hstride, wdilation, hdilation, word_bytes)
     except (ValueError, TypeError) as exc:
         raise OpatlasError(str(exc) if spec else f"conv: {exc}") from None
-    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect, max_mappings)
 
 
 def _conv_from_sizes(label: str, dims: list[int], word_bytes: int = 1) -> Einsum:
@@ -433,7 +492,8 @@ def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->
                dims: list[str] = typer.Option(..., "--dims", help="Sizes: m=64,k=32 (repeatable)."),
                word_bytes: int = WordOpt, as_json: bool = JsonOpt, csv: Path | None = CsvOpt,
                artifact_csv: Path | None = ArtCsvOpt, plot: Path | None = PlotOpt,
-               at: float | None = AtOpt, imperfect: bool = ImperfectOpt) -> None:
+               at: float | None = AtOpt, imperfect: bool = ImperfectOpt,
+               max_mappings: int | None = MaxMappingsOpt) -> None:
     """Bound of a general Einsum; the last operand before '->' is the output's partner.
 
     Example:
@@ -449,7 +509,7 @@ def einsum_cmd(spec: str = typer.Argument(..., help='Index string, e.g. "mk,kn->
         e = from_index_string(spec, sizes, word_bytes)
     except ValueError as exc:
         raise OpatlasError(f"{exc} (--dims {','.join(dims)})") from None
-    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect)
+    _emit(e, as_json, csv, artifact_csv, plot, at, imperfect, max_mappings)
 
 
 def _mkn(spec: str) -> tuple[int, int, int]:
@@ -497,7 +557,7 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
     mins = {"Algo min w/o fusion": heads * fu.algo_min_unfused(layers),
             "Algo min w/ fusion": heads * fu.algo_min_fused(layers)}
     if csv is not None:
-        _write_table(_fusion_frame(curves, word_bytes), csv)
+        _write_table(fu.curves_frame(curves, word_bytes), csv)
     if plot is not None:
         from opatlas.bounds.plots import plot_curves
 
@@ -524,16 +584,6 @@ def _in_bytes(c: Any, word_bytes: int) -> Any:
     from opatlas.bounds.frontier import Curve
 
     return Curve(c.buffer * word_bytes, c.accesses * word_bytes, c.label)
-
-
-def _fusion_frame(curves: list[Any], word_bytes: int) -> Any:
-    """``bound fusion --csv``: one row per point of every scheme, in words and in bytes."""
-    import pandas as pd
-
-    return pd.DataFrame([{"scheme": c.label, "buffer": int(b), "accesses": int(a),
-                          "buffer_bytes": int(b) * word_bytes,
-                          "accesses_bytes": int(a) * word_bytes}
-                         for c in curves for b, a in zip(c.buffer, c.accesses, strict=True)])
 
 
 def _print_fusion(curves: list[Any], mins: dict[str, int], word_bytes: int) -> None:
