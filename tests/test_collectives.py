@@ -30,9 +30,14 @@ def test_bandwidth_above_link_peak_is_flagged_not_trusted():
     assert msg.startswith("bus bandwidth 0.0105 GB/s above the link peak 0.001 GB/s"), msg
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_every_collective_runs_with_gloo_and_checks_its_result(nproc):
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+ALL = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+# every collective on 2 ranks; on 4, those whose chunks depend on the world size beyond 2
+# (each launch starts 4 interpreters importing torch: ~5 s on 2 cores)
+@pytest.mark.parametrize(("nproc", "ops"), [(2, ALL), (4, ("reduce_scatter", "all_to_all"))])
+def test_every_collective_runs_with_gloo_and_checks_its_result(nproc, ops):
+    for op in ops:
         df = run_collective(op, [nproc * 256], nproc, repeats=3, warmup=1)
         r = df.iloc[0]
         assert r["status"] == "ok", (op, r["message"])
