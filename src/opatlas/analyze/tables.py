@@ -277,7 +277,7 @@ def _group_util(stated: Any, sub: pd.DataFrame, summed: float) -> float:
 SUMMARY_SKIP = {"timeline", "notes", "title", "throughput_unit", "utilization_label",
                 "estimation_error_label", "word_bytes", "stage", "total_time_s",
                 "total_time_label", "group_times_s", "group_util", "group_util_label",
-                "percent_keys"}
+                "percent_keys", "memory_stage"}  # memory_stage: said in memory_gib's label
 
 # readable labels (with the unit where the value shows none) of the sources' summary keys
 SUMMARY_LABELS = {
@@ -358,8 +358,21 @@ def summary_items(analysis: Analysis) -> list[tuple[str, str, str | None]]:
                 and not missing(v)
                 and math.isclose(float(v), total, rel_tol=1e-9, abs_tol=1e-15)):
             continue  # the total again (a step or busy time equal to the rows' sum)
-        items.append((summary_label(k), _summary_value(k, v, percents), None))
+        label = _memory_label(s) if k == "memory_gib" else summary_label(k)
+        items.append((label, _summary_value(k, v, percents), None))
     return _distinct_total(analysis, items)
+
+
+def _memory_label(s: dict[str, Any]) -> str:
+    """The memory's label, naming the pipeline stage it is where there are several: the
+    fullest stage's memory, which need not be the stage the rows describe."""
+    label = summary_label("memory_gib")
+    where, stages = s.get("memory_stage"), s.get("stages")
+    if where is None or not isinstance(stages, int) or stages <= 1:
+        return label
+    rows = s.get("stage")
+    beside = f"; the rows are stage {rows}" if rows is not None and rows != where else ""
+    return f"{label}, pipeline stage {where} (the fullest{beside})"
 
 
 def _distinct_total(analysis: Analysis,

@@ -13,6 +13,13 @@ from opatlas.cli import estimate_run as er
 from opatlas.cli.common import one_to_stdout
 from opatlas.errors import OpatlasError
 
+# the source kinds --kind names, as opatlas.analyze.sources registers them (a test keeps the
+# two equal): here, so that --help needs no import of the readers (pandas, seconds)
+KINDS = {"config": "a training config", "store": "a results store",
+         "trace": "a torch.profiler trace", "pybuda": "a PyBuda run or netlist",
+         "ttmetal": "a tt-metal CSV", "analysis": "an analysis kept with --save"}
+KIND_LIST = ", ".join(KINDS)
+
 
 def analyze(
     source: str | None = typer.Argument(None, help="A training config (YAML, a Hugging Face "
@@ -23,8 +30,9 @@ def analyze(
                                                    "or netlist, or a tt-metal ops_perf_results "
                                                    "CSV."),
     kind: str | None = typer.Option(None, "--kind", help="Source kind, when auto-detection "
-                                                         "cannot tell: config, store, trace, pybuda, "
-                                                         "ttmetal."),
+                                    "cannot tell: " + "; ".join(f"{k} ({what})"
+                                                                for k, what in KINDS.items())
+                                    + "."),
     as_json: bool = typer.Option(False, "--json", help="Print the analysis as one JSON object."),
     csv: Path | None = typer.Option(None, "--csv", help="Write the rows as CSV."),
     html: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report."),
@@ -82,6 +90,7 @@ def analyze(
     """
     from opatlas.analyze import api
 
+    _check_kind(kind)
     extra = {k: v for k, v in {"netlist": netlist, "dir": run_dir,
                                "spatial_epochs": spatial_epochs or None,
                                "start_signpost": start_signpost, "end_signpost": end_signpost,
@@ -139,6 +148,12 @@ def _terminal() -> bool:
     """Whether the terminal app can run: it reads keys from standard input and draws on
     standard output; on a pipe or a file it would wait for keys that never come."""
     return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _check_kind(kind: str | None) -> None:
+    """An unknown --kind, refused with the list the help gives (before anything is read)."""
+    if kind is not None and kind not in KINDS:
+        raise OpatlasError(f"unknown --kind {kind!r}; known: {KIND_LIST}")
 
 
 def _check_source(source: str | None, load: Path | None, kind: str | None) -> None:

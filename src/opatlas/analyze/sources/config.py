@@ -231,7 +231,6 @@ def _timed_by(est: Any) -> Callable[[str, str], str]:
 
 def _rows(est: Any) -> pd.DataFrame:
     from opatlas.ops.batch import batch_counts
-    from opatlas.ops.collectives import bus_factor
 
     dtype = est.config.training.dtype
     stage = slowest_stage(est)
@@ -262,27 +261,52 @@ def _rows(est: Any) -> pd.DataFrame:
                 per_call /= max(float(it.shape.get("buckets", 1.0)), 1.0)
             row["flops"], row["bytes"] = 0.0, it.calls * per_call
             if not (it.category == "dp_comm" and est.config.parallel.dp_overlap):
-                n = int(it.shape.get("ranks", 2))
-                link = est.config.cluster.intra_bw_gbps * 1e9  # the fastest link: a lower bound
-                # the estimate's p2p is nccl-tests' send_recv: the message crosses once
-                op = "send_recv" if it.name == "p2p" else it.name
-                groups = _dp_groups(est) if it.category == "dp_comm" else [(1.0, n)]
-                factor = sum(share * bus_factor(op, ranks) for share, ranks in groups)
-                row["comm_bound_s"] = it.calls * factor * per_call / link
+                row["comm_bound_s"] = it.calls * _comm_bound_per_call(est, it, per_call)
         else:
             row["flops"], row["bytes"] = 0.0, 0.0
         out.append(row)
     return pd.DataFrame(out)
 
 
-def _dp_groups(est: Any) -> list[tuple[float, int]]:
-    """(share of a data-parallel row's bytes, ranks) per group that moves them, as the
+def _comm_bound_per_call(est: Any, it: Any, nbytes: float) -> float:
+    """The least seconds one call of collective ``it`` moving ``nbytes`` can take where the
+    estimator places its ranks: its alpha-beta time without latency, over the link those
+    ranks cross (NVLink within a node; the network, per rail, once the group spans nodes, as
+    a p2p between pipeline stages on different nodes does). The placement is the engine's own
+    (``engine._coll``: which ranks share a node, from the group's size and stride)."""
+    from opatlas.estimate.comm import AlphaBeta
+    from opatlas.estimate.engine import _coll
+
+    cluster = est.config.cluster
+    comm = AlphaBeta(cluster.model_copy(update={"intra_latency_us": 0.0,
+                                                "inter_latency_us": 0.0}))
+    return sum(_coll(comm, it.name, share * nbytes, ranks, stride, cluster.gpus_per_node)
+               for share, ranks, stride in _placements(est, it))
+
+
+def _placements(est: Any, it: Any) -> list[tuple[float, int, int]]:
+    """(share of the row's bytes, ranks, stride) of each group that moves a collective row, as
+    the engine calls ``_coll`` for it (ranks are numbered tp fastest, then dp, then pp)."""
+    p = est.config.parallel
+    if it.category == "dp_comm":
+        return _dp_groups(est)
+    ranks = int(it.shape.get("ranks", 2))
+    if it.category == "ep_comm":
+        return [(1.0, ranks, p.tp)]
+    if it.name == "p2p":  # neighbouring pipeline stages: tp·dp ranks apart
+        return [(1.0, ranks, p.tp * p.dp)]
+    return [(1.0, ranks, 1)]  # a tensor-parallel group (its pipeline scatter/gather too)
+
+
+def _dp_groups(est: Any) -> list[tuple[float, int, int]]:
+    """(share of a data-parallel row's bytes, ranks, stride) per group that moves them, as the
     estimator charges them (``engine.dp_groups``)."""
     from opatlas.estimate.engine import _busiest, _params_per_device, dp_groups
 
     params, _, experts = _busiest(_params_per_device(est.config))
     groups = dp_groups(est.config.parallel, params, experts)
-    return [(n / params if params > 0 else 0.0, ranks) for (ranks, _), n in groups.items()]
+    return [(n / params if params > 0 else 0.0, ranks, stride)
+            for (ranks, stride), n in groups.items()]
 
 
 def _apply_measured(rows: pd.DataFrame, est: Any, store_path: Path, strict: bool
@@ -376,7 +400,8 @@ def _summary(est: Any, peaks: Peaks, rows: pd.DataFrame, total: float) -> dict[s
                   f"zero{p.zero} recompute={p.recompute}",
         "device": peaks.name, "dtype": c.training.dtype, "peak_flops_s": peaks.flops_s,
         "peak_bytes_s": peaks.bytes_s, "onchip_bytes": peaks.onchip_bytes,
-        "word_bytes": peaks.word_bytes, "memory_gib": est.memory_gib, "fits": est.fits,
+        "word_bytes": peaks.word_bytes, "memory_gib": est.memory_gib,
+        "memory_stage": est.memory_stage, "fits": est.fits,  # the fullest, not the rows' stage
         "stage": int(rows["group"].iloc[0]) if len(rows) else 0, "stages": p.pp,
         "notes": list(est.notes)}
     if "error" in rows and rows["error"].notna().any():

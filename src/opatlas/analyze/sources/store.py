@@ -5,9 +5,10 @@ fitted on their own data, which may hold these rows, so not held out), the roofl
 Orojenesis bounds, the error and the headroom. Groups are devices.
 
 Collectives (estimate-train-time's ``nccl.*`` samples, opatlas's ``collective.*``) are bounded
-as the config source bounds them: their bus bytes (nccl-tests' factors,
-:func:`opatlas.ops.collectives.bus_factor`) over the fastest link, the intra-node link of the
-device's own system (:func:`opatlas.estimate.presets.preset_for_device`); estimate-train-time's
+by their bus bytes (nccl-tests' factors, :func:`opatlas.ops.collectives.bus_factor`) over the
+fastest link, the intra-node link of the device's own system
+(:func:`opatlas.estimate.presets.preset_for_device`): a stored row does not say how its ranks
+were placed (a config's collectives are bounded on the link their ranks cross); estimate-train-time's
 ``optimizer`` samples as the catalog's AdamW step (``adam_step``) over their parameters.
 
 A device outside the catalog is described by its own rows (:func:`why.empirical_peaks`), said
@@ -19,6 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,9 +32,8 @@ import pandas as pd
 
 from opatlas.analyze.model import Analysis, Column, Source
 from opatlas.analyze.sources import ReadOptions, SourceKind, register
-from opatlas.analyze.sources.held_out import POOL_MIN_ROWS, Job, predict_all
+from opatlas.analyze.sources.held_out import Job, predict_all
 from opatlas.analyze.why import (
-    POOL_MIN_GEMMS,
     WHY_FIRST,
     WHY_REST,
     Peaks,
@@ -88,13 +91,13 @@ def read(path: Path, options: ReadOptions) -> Analysis:
         raise OpatlasError(f"{path}: the store has no successful measurements to analyse")
     res = _of_device(res, options.extra.get("device"), path)
     tables, notes, said, onchip = [], [], [], {}
-    with _progress(len(res), POOL_MIN_ROWS, f"held-out fits ({path.name})", "rows") as bar:
+    with _progress(len(res), f"held-out fits ({path.name})", "rows") as bar:
         for (dev, dtype), g in res.groupby(["device", "dtype"], sort=True):
             tables.append(_device_rows(dev, dtype, g.reset_index(drop=True), notes,
                                        options.models, said, onchip, bar))
     keys = sorted({k for rows, peaks in tables
                    for k in unknown_traffic(rows["gemms"].tolist(), peaks)})
-    with _progress(len(keys), POOL_MIN_GEMMS, "Orojenesis bounds", "GEMMs") as bar:
+    with _progress(len(keys), "Orojenesis bounds", "GEMMs") as bar:
         search_traffic(keys, bar)
     rows = pd.concat([_explained(rows, peaks) for rows, peaks in tables], ignore_index=True)
     if notes and options.strict:  # a missing prediction is a fallback: an error under --strict
@@ -156,11 +159,71 @@ def _columns(models: Path | None, rows: pd.DataFrame) -> list[Column]:
     return out
 
 
-def _progress(total: int, least: int, label: str, unit: str) -> Any:
-    """A progress bar (or log lines) for work of at least ``least`` items, else nothing."""
-    if total < least:
+def _progress(total: int, label: str, unit: str) -> Any:
+    """Progress on stderr for work that lasts (:class:`_LateProgress`), whatever its size;
+    nothing for no work at all."""
+    if total <= 0:
         return contextlib.nullcontext(None)
-    return Progress(total, label=label, unit=unit, log_every=max(1, total // 10))
+    return _LateProgress(total, label, unit)
+
+
+class _LateProgress:
+    """A progress bar on a terminal's stderr, else a line on stderr every tenth of the work
+    (and every 30 s), from ``DELAY`` seconds on: quick work says nothing, slow work is never
+    silent however few its rows (a store of 2,000 rows is tens of seconds of fits). A timer
+    shows it at ``DELAY`` even while one long step has not ended; ``advance`` is as
+    :class:`~opatlas.run.progress.Progress`'s. Never on stdout, which may hold --json."""
+
+    DELAY = 2.0
+
+    def __init__(self, total: int, label: str, unit: str) -> None:
+        self.total, self.label, self.unit = total, label, unit
+        self.stream = sys.stderr  # the one of now: a test's capture, a redirected stderr
+        self.start = time.monotonic()
+        self.done, self.detail = 0, ""
+        self.bar: Progress | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._timer = threading.Timer(self.DELAY, self._show)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _LateProgress:
+        self._timer.start()
+        return self
+
+    def advance(self, status: str, count: int = 1, detail: str | None = None) -> None:
+        with self._lock:
+            self.done += count
+            self.detail = detail if detail is not None else self.detail
+            if self.bar is None and time.monotonic() - self.start >= self.DELAY:
+                self._show_locked()  # shows what was done so far
+            elif self.bar is not None:
+                self.bar.advance(status, count, detail)
+
+    def _show(self) -> None:
+        with self._lock:
+            if self.bar is None and not self._closed:
+                self._show_locked()
+
+    def _show_locked(self) -> None:
+        """Start the bar (the lock held), counting the work done before it showed."""
+        bar = Progress(self.total, label=self.label, unit=self.unit,
+                       log_every=max(1, self.total // 10), stream=self.stream).__enter__()
+        bar.t0 = self.start  # the rate counts the work done before the bar showed
+        self.bar = bar
+        if not bar.interactive:  # a log line now: the next waits for a tenth of the work
+            print(f"opatlas: {self.label}: {self.done:,} of {self.total:,} {self.unit} done "
+                  f"after {time.monotonic() - self.start:.0f} s; progress follows",
+                  file=self.stream, flush=True)
+        if self.done:
+            bar.advance("ok", self.done, self.detail or None)
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._closed = True
+            if self.bar is not None:
+                self.bar.__exit__(*exc)
 
 
 # dtype names the catalog writes shorter: tt-metal's (BFLOAT16, FLOAT32) and PyTorch's

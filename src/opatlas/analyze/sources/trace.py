@@ -369,6 +369,8 @@ def _empirical_device(path: Path, recorded: str, rows: pd.DataFrame, word: int, 
     from opatlas.devices import empirical_device
 
     name = recorded or "cpu"
+    if strict:  # the peaks would be the trace's own best: a fallback for a datasheet's
+        raise OpatlasError(_refused_empirical(path, recorded))
     ok = rows[rows["limiter"].isna()]
     t = ok["time_s"].to_numpy(float)
     counted = ok[np.isfinite(ok["flops"].to_numpy(float))
@@ -397,6 +399,17 @@ def _empirical_device(path: Path, recorded: str, rows: pd.DataFrame, word: int, 
     more[0] += ("; no Orojenesis bound is given (analyze the trace again with --device NAME "
                 "to name a catalog device)")
     return dataclasses.replace(peaks, name=d.name), more + notes
+
+
+def _refused_empirical(path: Path, recorded: str) -> str:
+    """--strict's one line on a trace whose device is outside the catalog: its peaks would be
+    empirical (the best its own ops attain), and --device names the catalog's instead."""
+    from opatlas.devices import DEVICES
+
+    what = f"device {recorded!r}" if recorded else "device (none recorded: a CPU trace)"
+    return (f"{path}: its {what} is not in the catalog, so its peaks would be empirical (the "
+            f"best its own ops attain); --strict refuses them: name a catalog device with "
+            f"--device NAME (known: {', '.join(DEVICES)})")
 
 
 def _nothing_counted(path: Path, name: str, rows: pd.DataFrame) -> str:
