@@ -149,7 +149,10 @@ def test_measured_on_another_device_is_not_used_and_is_said(tmp_path):
     from opatlas.errors import OpatlasError
 
     with pytest.raises(OpatlasError, match="no measurement matches"):
-        api.analyze(CONFIG, measured=tmp_path / "m.duckdb", strict=True)
+        api.analyze(CONFIG, measured=tmp_path / "m.duckdb", strict=True,  # defaults stated:
+                    extra={"sets": ["model.attention=flash", "parallel.dp_overlap=true",
+                                    "parallel.bucket_mb=25", "cluster.intra_latency_us=5",
+                                    "cluster.inter_latency_us=10"]})
 
 
 def test_bubble_follows_the_measured_stage_time(tmp_path):

@@ -216,7 +216,12 @@ def test_measured_with_no_match_under_strict_does_not_claim_to_carry_on(capsys, 
     with Store(store):
         pass
     code, _, err = cli_in_process(capsys, "analyze", "llama2-7b", "--measured", str(store),
-                                  "--strict", "--json")
+                                  "--strict", "--json",  # the config's defaults stated
+                                  "--set", "model.attention=flash",
+                                  "--set", "parallel.dp_overlap=true",
+                                  "--set", "parallel.bucket_mb=25",
+                                  "--set", "cluster.intra_latency_us=5",
+                                  "--set", "cluster.inter_latency_us=10")
     line = one_error(code, err, "no measurement matches", "--strict refuses")
     assert "the prediction is kept" not in line
     a = api.analyze("llama2-7b", measured=str(store))  # a str works as well as a Path

@@ -35,11 +35,15 @@ def _unknown_gpu(tmp_path):
     for op in ("linear1", "linear2", "linear3", "linear4", "gelu", "layernorm"):
         shutil.copy(bundled_dataset() / "operator" / f"{A100}_{op}_fp16.csv",
                     data / f"MYGPUX1_{op}_fp16.csv")
-    cfg = {"model": {"name": "t", "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048},
+    cfg = {"model": {"name": "t", "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048,
+                     "vocab": 50257, "ffn": 8192, "ffn_kind": "gelu", "norm": "layernorm",
+                     "attention": "flash"},
            "training": {"global_batch": 8, "micro_batch": 2, "dtype": "fp16"},
            # written out: --strict refuses a default it would assume
-           "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 1, "recompute": "selective"},
-           "cluster": {"device": "MYGPUX1", "gpus_per_node": 8},
+           "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 1, "recompute": "selective",
+                        "sequence_parallel": False, "schedule": "1f1b", "dp_overlap": True,
+                        "bucket_mb": 25.0},
+           "cluster": {"device": "MYGPUX1", "gpus_per_node": 8, "intra_latency_us": 5.0},
            "ops": {"mode": "data", "data": str(data)}}
     path = tmp_path / "mine.yml"
     path.write_text(yaml.safe_dump(cfg))
@@ -58,7 +62,10 @@ def test_unknown_gpu_memory_is_said_and_can_be_given(tmp_path, capsys):
     assert code == 0 and "memory of MYGPUX1" not in err
     assert json.loads(out)["memory_limit_gib"] == pytest.approx(78.0)  # 80 less 2 reserved
     code, _, err = cli_in_process(capsys, "estimate", path, "--strict",
-                                  "--set", "ops.data=bundled", "--set", "cluster.device=A100")
+                                  "--set", "ops.data=bundled", "--set", "cluster.device=A100",
+                                  # collectives the A100 samples hold (ZeRO-0: all-reduces)
+                                  "--set", "cluster.nccl_data=bundled",
+                                  "--set", "parallel.zero=0")
     assert code == 0, err  # a catalog device: its memory is known, strict has nothing to refuse
 
 
@@ -118,7 +125,8 @@ def test_an_assumed_batch_divides_into_the_layout_of_the_gpus_given(capsys):
 def test_measured_collectives_missing_a_topology_are_said_and_strict_refuses(capsys):
     sets = ["--set", "cluster.nccl_data=bundled", "--set", "model.attention_dropout=0",
             "--set", "model.hidden_dropout=0", "--set", "model.bias=false",
-            "--set", "training.grad_accumulation_fusion=true"]  # no roofline ops but the links
+            "--set", "training.grad_accumulation_fusion=true",  # no roofline ops but the links
+            "--set", "model.ffn=9216", "--set", "parallel.bucket_mb=25"]  # no default either
     cfg = str(VALIDATION / "gpt-1.7b.yml")
     code, _, err = cli_in_process(capsys, "estimate", cfg, *sets)
     assert code == 0 and "no measured samples" in err and "all_reduce on 4×8" in err
@@ -130,7 +138,13 @@ def test_measured_collectives_missing_a_topology_are_said_and_strict_refuses(cap
 
 
 def test_strict_on_an_analytical_config_says_it_has_nothing_to_refuse(capsys):
-    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b", "--strict")
+    code, _, err = cli_in_process(capsys, "estimate", "llama2-7b", "--strict",
+                                  # what the bundled config leaves to the defaults, stated
+                                  "--set", "model.attention=flash",
+                                  "--set", "parallel.dp_overlap=true",
+                                  "--set", "parallel.bucket_mb=25",
+                                  "--set", "cluster.intra_latency_us=5",
+                                  "--set", "cluster.inter_latency_us=10")
     assert code == 0 and "ops.mode is analytical" in err
 
 

@@ -175,7 +175,9 @@ def test_analytical_ett_config_drops_its_missing_data_folders_quietly(tmp_path, 
     assert code == 0 and "data_folder" not in err and "NCCL" not in err, err
     code, _, err = cli_in_process(capsys, "estimate", str(config), "--analytical", "--strict",
                                   "--set", "ops.compute_efficiency=0.7",
-                                  "--set", "ops.memory_efficiency=0.8")  # no default assumed
+                                  "--set", "ops.memory_efficiency=0.8",
+                                  "--set", "cluster.intra_latency_us=5",
+                                  "--set", "cluster.inter_latency_us=10")  # no default assumed
     assert code == 0 and "data_folder" not in err, err  # a folder it does not use
     code, _, err = cli_in_process(capsys, "estimate", str(config), "--strict")
     one_error(code, err, "nccl_data_folder", "./nowhere/nccl")  # data mode still refuses

@@ -90,7 +90,8 @@ def test_strict_refuses_the_assumed_sequence_length_and_batch(capsys, config):
 
 def test_strict_refuses_under_search_too(capsys, config):
     args = ("estimate", str(config), "--search", "--gpus", "8", "--strict",
-            *_sets(*LAYOUT[:2], *LAYOUT[7:], *RUN))
+            *_sets(*LAYOUT[:2], *LAYOUT[7:], *RUN, "parallel.dp_overlap=true",
+                   "parallel.bucket_mb=25", "cluster.intra_latency_us=5"))
     one_error(*cli_in_process(capsys, *args)[::2], "key 'num_key_value_heads', value 16")
     code, _, err = cli_in_process(capsys, *args, "--set", "model.kv_heads=16")
     assert code == 0, err

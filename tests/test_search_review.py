@@ -189,7 +189,8 @@ def test_with_flags_says_nothing_for_a_config_already_analytical():
 def test_given_efficiencies_and_links_are_kept_and_not_said():
     raw, path = read_config("llemma_7b_4_2_2_P")
     raw = {**raw, "ops": {**raw["ops"], "compute_efficiency": 0.5, "memory_efficiency": 0.6},
-           "cluster": {**raw["cluster"], "intra_bw_gbps": 200.0, "inter_bw_gbps": 20.0}}
+           "cluster": {**raw["cluster"], "intra_bw_gbps": 200.0, "inter_bw_gbps": 20.0,
+                       "intra_latency_us": 5.0, "inter_latency_us": 10.0}}
     notes: list[str] = []
     cfg = with_flags(validate_config(raw, path), False, True, notes)
     assert (cfg.ops.compute_efficiency, cfg.cluster.intra_bw_gbps) == (0.5, 200.0)
@@ -219,9 +220,12 @@ def test_measured_collectives_that_fall_back_say_the_links_they_assume():
     cfg = load_config("llemma_7b_4_2_2_P")  # A100, NCCL samples, no links given
     fell_back = [estimate_step(cfg)]
     fell_back[0].alpha_beta_collectives = True  # as if a collective had no samples
-    # the A100's own system's links were filled (and said) at load: no default to say
+    # the A100's own system's links were filled (and said) at load: only the latencies, which
+    # no preset gives, are defaults to say
     assert (cfg.cluster.intra_bw_gbps, cfg.cluster.inter_bw_gbps) == (300.0, 25.0)
-    assert fallback_assumptions(cfg, fell_back) == []
+    said = fallback_assumptions(cfg, fell_back)
+    assert len(said) == 1 and "bw_gbps" not in said[0]
+    assert "cluster.intra_latency_us = 5.0, cluster.inter_latency_us = 10.0" in said[0]
     # a device without a system preset keeps the defaults, and says them when they are used
     bare = cfg.model_copy(update={"cluster": type(cfg.cluster).model_validate(
         {"device": "MI300X", "nccl_data": cfg.cluster.nccl_data})})

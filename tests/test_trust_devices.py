@@ -27,10 +27,14 @@ MODEL = {"name": "t", "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048}
 
 
 def _config(tmp_path, device: str, name: str = "c", **model) -> str:
-    cfg = {"model": {**MODEL, **model},
+    # the defaults that shape the estimate written out: --strict refuses one it would assume
+    stated = {"vocab": 50257, "ffn": 8192, "ffn_kind": "gelu", "norm": "layernorm",
+              "attention": "flash"}
+    cfg = {"model": {**MODEL, **stated, **model},
            "training": {"global_batch": 8, "micro_batch": 2, "dtype": "fp16"},
-           # zero and recompute written out: --strict refuses a default it would assume
-           "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 1, "recompute": "selective"},
+           "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 1, "recompute": "selective",
+                        "sequence_parallel": False, "schedule": "1f1b", "dp_overlap": True,
+                        "bucket_mb": 25.0},
            "cluster": {"device": device, "gpus_per_node": 4, "nccl_data": "bundled"},
            "ops": {"mode": "data", "data": "bundled"}}
     path = tmp_path / f"{name}.yml"

@@ -133,6 +133,10 @@ class Measured(AlphaBeta):
         self.smallest: dict[tuple[str, int, int], float] = {}  # each curve's least bytes
         self.derived: set[tuple[str, int, int]] = set()  # curves made of another's samples
         self.derived_used: set[tuple[str, int, int]] = set()  # of those, asked for
+        # the devices the folder holds samples of when ``gpu`` is none of them (set by the
+        # caller that matched the device's name): every collective is then a fallback
+        self.other_devices: list[str] | None = None
+        self.device = gpu
         for op, stems in self.NAMES.items():
             for nodes, gpn in {(1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (8, 1)}:
                 files = [f for s in stems
@@ -299,6 +303,11 @@ def take_fallback_note(comm: AlphaBeta) -> str | None:
         by_op.setdefault(op, []).append(f"{nodes}×{gpn}")
     which = "; ".join(f"{op} on {', '.join(shapes)}" for op, shapes in by_op.items())
     comm.fallbacks.clear()
+    if comm.other_devices is not None:  # not some shapes missing: the device's samples are
+        held = ", ".join(comm.other_devices) or "none"
+        return (f"no measured collectives for device {comm.device!r} in {comm.folder} (it "
+                f"holds {held}): the alpha-beta model (cluster bandwidths and latencies) "
+                f"times every collective, {which} (nodes × GPUs per node)")
     return (f"no measured samples in {comm.folder} for {which} (nodes × GPUs per node): the "
             f"alpha-beta model (cluster bandwidths and latencies) is used for them")
 

@@ -449,9 +449,10 @@ def from_ett(data: dict[str, Any], config_dir: Path | None = None,
              file: str | None = None) -> dict[str, Any]:
     """estimate-train-time's example config -> our mapping, keeping upstream's model
     assumptions (GELU FFN of 4·dim, vocab 50,257, MHA, fp16, full recompute, ZeRO-1, AFAB,
-    no DP overlap) so the comparison with its published numbers is like for like. A layer
-    whose function list has no ``flash_atten`` runs attention unfused (baddbmm, masked
-    softmax, bmm). Errors name ``file`` (the config; its name is the model's)."""
+    no DP overlap, no sequence parallelism) so the comparison with its published numbers is
+    like for like. A layer whose function list has no ``flash_atten`` runs attention unfused
+    (baddbmm, masked softmax, bmm). Errors name ``file`` (the config; its name is the
+    model's)."""
     where = file or "config"
     _check_ett(data, where)
     given = {**ETT_DEFAULTS, **data}
@@ -468,6 +469,7 @@ def from_ett(data: dict[str, Any], config_dir: Path | None = None,
                   "attention": "flash" if "flash_atten" in funcs else "unfused"},
         "training": {"global_batch": b * steps * dp, "micro_batch": b, "dtype": "fp16"},
         "parallel": {"dp": dp, "tp": mp, "pp": pp, "schedule": "gpipe", "zero": 1,
+                     "sequence_parallel": False,
                      "recompute": "full", "dp_overlap": False,
                      "bucket_mb": given["comm_bucket"] * 2 / 2**20},
         "cluster": {"device": given["gpu_name"], "gpus_per_node": gpn,
@@ -523,8 +525,8 @@ def read_config(path: str | Path, notes: list[str] | None = None,
         elif (hf := bundled_hf(path.name)) is not None:
             path = hf
         else:
-            raise SpecError("no such config file, and no bundled example of that name",
-                            file=str(path))
+            raise SpecError(f"no such config file, and no bundled example of that name"
+                            f"{_bundled_hint(path.name)}", file=str(path))
     if path.is_dir():  # a Hugging Face model folder
         if not (path / "config.json").is_file():
             from opatlas.estimate.sources import FOLDER_HOLDS
@@ -536,6 +538,9 @@ def read_config(path: str | Path, notes: list[str] | None = None,
     except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
         raise SpecError(f"cannot read the config: {exc.strerror if isinstance(exc, OSError) else exc}",
                         file=str(path)) from None
+    if data is None:  # YAML of nothing but blanks or comments
+        raise SpecError("the file is empty: a config is a YAML mapping with model and training "
+                        "sections", file=str(path))
     if not isinstance(data, dict):
         raise SpecError("a config must be a YAML mapping", file=str(path))
     if "model" not in data and ("op" in data or "module_name" in data):
@@ -550,6 +555,31 @@ def read_config(path: str | Path, notes: list[str] | None = None,
     if is_hf_config(data):
         data = {"model": {"hf": str(path)}}
     return data, path
+
+
+def bundled_names() -> list[str]:
+    """The bundled examples a config can be named by: opatlas YAMLs and Hugging Face
+    config.json files."""
+    from importlib import resources
+
+    data = resources.files("opatlas") / "data"
+    return sorted({Path(f.name).stem for d, ext in (("configs", ".yml"), ("hf", ".json"))
+                   for f in (data / d).iterdir() if f.name.endswith(ext)})
+
+
+def _bundled_hint(name: str) -> str:
+    """The bundled names nearest ``name`` (``llama2_7b``: llama2-7b), else all of them."""
+    import difflib
+
+    names = bundled_names()
+    stem = re.sub(r"\.(yml|yaml|json)$", "", name)
+    by_key = {n.replace("_", "-").lower(): n for n in names}
+    key = stem.replace("_", "-").lower()
+    near = [key] if key in by_key else difflib.get_close_matches(key, list(by_key), n=3,
+                                                                 cutoff=0.75)
+    if near:
+        return f" (did you mean {' or '.join(repr(by_key[n]) for n in near)}?)"
+    return f"; the bundled examples are {', '.join(names)}"
 
 
 def _parse(path: Path) -> Any:
@@ -578,7 +608,7 @@ def validate_config(data: dict[str, Any], path: str | Path,
     try:
         cfg = TrainConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = _first_error(exc.errors())
         key = ".".join(str(p) for p in err["loc"]) or None
         value = err.get("input")
         # a rule across keys (heads vs tp, ...) names the keys itself: no echo of the mapping
@@ -591,6 +621,23 @@ def validate_config(data: dict[str, Any], path: str | Path,
     if (why := device_problem(device, cfg.training.dtype, cfg.ops, analytical)) is not None:
         raise SpecError(why, file=str(path), key="cluster.device", value=device)
     return cfg
+
+
+def _first_error(errors: Sequence[Any]) -> Any:
+    """The error to report: pydantic's first, but an unknown key that is a near miss of a
+    required key reported missing beside it (``hiden`` for ``hidden``) before that key: the
+    typo is the cause, the missing field its effect."""
+    import difflib
+
+    missing = [e["loc"] for e in errors if e["type"] == "missing"]
+    for err in errors:
+        loc = err["loc"]
+        if err["type"] != "extra_forbidden" or not loc:
+            continue
+        near = [m[-1] for m in missing if m[:-1] == loc[:-1]]
+        if difflib.get_close_matches(str(loc[-1]), [str(n) for n in near], n=1):
+            return err
+    return errors[0]
 
 
 def _unknown_key(loc: tuple) -> str:

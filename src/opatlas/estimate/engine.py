@@ -331,7 +331,7 @@ def _measured(cluster_json: str) -> Measured:
     from pathlib import Path
 
     from opatlas.estimate.config import ClusterConfig
-    from opatlas.samples import bundled_dataset, filed_device_name
+    from opatlas.samples import bundled_dataset
 
     cluster = ClusterConfig.model_validate_json(cluster_json)
     folder = bundled_dataset() / "nccl" if cluster.nccl_data == "bundled" else \
@@ -341,7 +341,28 @@ def _measured(cluster_json: str) -> Measured:
 
         raise SpecError("no such folder of NCCL samples", key="cluster.nccl_data",
                         value=cluster.nccl_data)
-    return Measured(cluster, folder, filed_device_name(folder, cluster.device))
+    return _measured_for(cluster, folder)
+
+
+def _measured_for(cluster: Any, folder: Any) -> Measured:
+    """The measured model of ``folder`` for the cluster's device. A folder without samples of
+    that device is not said here (``filed_device_name`` warns of it) but recorded on the
+    model, for :func:`take_fallback_note` to say once with the collectives it then times by
+    the alpha-beta model (or ``ops.strict`` to refuse): one message, not a general warning
+    followed by a list of shapes that reads as if the others were measured."""
+    import warnings
+
+    from opatlas.samples import filed_device_name, parse_sample_name
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gpu = filed_device_name(folder, cluster.device)
+    measured = Measured(cluster, folder, gpu)
+    if any("no measured collectives" in str(w.message) for w in caught):
+        measured.device = cluster.device
+        measured.other_devices = sorted({m["gpu"] for f in folder.glob("*.csv")
+                                         if (m := parse_sample_name(f))})
+    return measured
 
 
 def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn: int) -> float:

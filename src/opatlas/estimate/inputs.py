@@ -76,7 +76,8 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         notes.append(f"--set changes the layout's GPU count from {before} to {after} "
                      f"(dp·tp·pp: --set parallel.dp too to keep the count)")
     if search:
-        return _for_search(raw, path, sets, gpus, notes, steps, strict, analytical)
+        return _for_search(raw, path, sets, gpus, notes, steps, strict, analytical,
+                           megatron_args is not None)
     try:
         if gpus is not None:
             raw = _spread_gpus(raw, gpus, path, notes, quiet=megatron_args is not None)
@@ -85,6 +86,8 @@ def load_inputs(config: str | None = None, *, megatron_args: str | None = None,
         raise _named(exc, sets, raw) from None
     _refuse_hf_defaults(raw, path, cfg, strict)
     _assume(notes, assumed_defaults(raw), strict, str(path))
+    _assume_unstated(notes, raw, cfg, strict, str(path), megatron_args is not None,
+                     analytical)
     if gpus is not None and cfg.gpus != gpus:
         raise OpatlasError(f"--gpus {gpus} disagrees with the config's dp·tp·pp = "
                            f"{cfg.parallel.dp}·{cfg.parallel.tp}·{cfg.parallel.pp} = {cfg.gpus}"
@@ -124,7 +127,7 @@ def _check_analytical(sets: Sequence[str], analytical: bool) -> None:
 
 def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int | None,
                 notes: list[str], steps: int | None, strict: bool = False,
-                analytical: bool = False) -> Inputs:
+                analytical: bool = False, megatron: bool = False) -> Inputs:
     """The config a search starts from: the input's own layout (the keys the search chooses)
     dropped, so that it cannot make a value --set holds invalid (a file's virtual_stages 5
     against --set parallel.schedule=1f1b); the held values, checked one by one, come back
@@ -141,6 +144,8 @@ def _for_search(raw: dict[str, Any], path: Path, sets: Sequence[str], gpus: int 
         raise _named(exc, sets, raw) from None
     _refuse_hf_defaults(raw, path, cfg, strict)
     _assume(notes, assumed_defaults(raw, search=True), strict, str(path))
+    _assume_unstated(notes, raw, cfg, strict, str(path), megatron, analytical,
+                     search_gpus=gpus or 1)
     return Inputs(cfg, notes, steps, pinned)
 
 
@@ -220,12 +225,99 @@ def _spread_gpus(raw: dict[str, Any], gpus: int, path: Path, notes: list[str],
     return {**raw, "parallel": {**parallel, "dp": gpus // (tp * pp)}}
 
 
-def _assume(notes: list[str], assumed: list[str], strict: bool, source: str | None) -> None:
+def _assume(notes: list[str], assumed: list[str], strict: bool, source: str | None,
+            how: str = "give these keys") -> None:
     """The defaults ``assumed`` said in ``notes``; under ``strict`` the first is an error
-    naming them and how to give them (in ``source``, the config, or with --set)."""
+    naming them and ``how`` to give them (in ``source``, the config, or with --set)."""
     if strict and assumed:
-        raise strict_refusal(assumed[0], "give these keys", file=source)
+        raise strict_refusal(assumed[0], how, file=source)
     notes.extend(assumed)
+
+
+# the model's keys whose opatlas defaults shape every op (a value, or how it is shown)
+MODEL_DEFAULTS = ("vocab", "ffn", "ffn_kind", "norm", "attention")
+# the line said (and refused under --strict) for collectives left to the alpha-beta model
+NO_NCCL_DATA = ("assumed (no cluster.nccl_data given) every collective timed by the "
+                "alpha-beta model of the cluster's links (cluster.*_bw_gbps, "
+                "cluster.*_latency_us) although ops.mode is data")
+NO_NCCL_DATA_HOW = ("--set cluster.nccl_data=FOLDER (or =bundled, the A100 samples) to time "
+                    "them from measured samples, or --analytical to model every op and "
+                    "collective by choice")
+
+
+def unstated_defaults(raw: dict[str, Any], cfg: TrainConfig, *, model: bool = True,
+                      search_gpus: int | None = None) -> list[tuple[str, object]]:
+    """The keys ``raw`` leaves to opatlas's defaults beyond ``assumed_defaults``' (which
+    names the layout, the GPU and how ops are timed), with the values taken, where those
+    change the estimate: the model's vocab, FFN width and kind, norm and attention always
+    (``model``: the input is an opatlas YAML; a Hugging Face config.json, Megatron-LM's
+    arguments and estimate-train-time's conversion decide them, and say what they assume
+    themselves); parallel.sequence_parallel only with tp > 1, parallel.schedule only with
+    pp > 1 (neither in a search, which tries them), parallel.dp_overlap and bucket_mb only
+    with dp > 1 (in a search: more than one GPU); the links' latencies only where the
+    alpha-beta model times collectives without measured samples (no cluster.nccl_data):
+    intra_latency_us with more than one GPU and GPUs per node, inter_latency_us with more
+    GPUs than a node holds. ``search_gpus``: a search of that many GPUs, whose layout is
+    not yet chosen."""
+    def given(section: str) -> dict[str, Any]:
+        found = raw.get(section)
+        return found if isinstance(found, dict) else {}
+
+    p, c = cfg.parallel, cfg.cluster
+    gpus = cfg.gpus if search_gpus is None else search_gpus
+    out: list[tuple[str, object]] = []
+    if model and "hf" not in given("model") and raw.get("source") != "ett":
+        out += [(f"model.{k}", getattr(cfg.model, k) if k != "ffn" else cfg.model.ffn_width)
+                for k in MODEL_DEFAULTS if k not in given("model")]
+    searching = search_gpus is not None
+    matters = {"sequence_parallel": not searching and p.tp > 1,
+               "schedule": not searching and p.pp > 1,
+               "dp_overlap": gpus > 1 if searching else p.dp > 1,
+               "bucket_mb": gpus > 1 if searching else p.dp > 1}
+    out += [(f"parallel.{k}", getattr(p, k)) for k, used in matters.items()
+            if used and k not in given("parallel")]
+    latencies = {"intra_latency_us": gpus > 1 and c.gpus_per_node > 1,
+                 "inter_latency_us": gpus > c.gpus_per_node}
+    if not c.nccl_data:
+        out += [(f"cluster.{k}", getattr(c, k)) for k, used in latencies.items()
+                if used and k not in given("cluster")]
+    return out
+
+
+def unstated_line(keys: Sequence[tuple[str, object]]) -> str:
+    """``keys`` (from ``unstated_defaults``) as one line in the words of ``assumed_defaults``."""
+    def shown(key: str, value: object) -> str:
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        return f"{text} (4 · model.hidden)" if key == "model.ffn" else text
+
+    values = ", ".join(f"{k} = {shown(k, v)}" for k, v in keys)
+    return f"assumed (the defaults) {values}; --set KEY=VALUE or write them into the config"
+
+
+def unstated_how(keys: Sequence[tuple[str, object]]) -> str:
+    """How to state ``keys`` (from ``unstated_defaults``), the first one's value shown."""
+    key, value = keys[0]
+    text = str(value).lower() if isinstance(value, bool) else value
+    return f"state them in the config or with --set, e.g. --set {key}={text}"
+
+
+def _assume_unstated(notes: list[str], raw: dict[str, Any], cfg: TrainConfig, strict: bool,
+                     source: str, megatron: bool, analytical: bool,
+                     search_gpus: int | None = None) -> None:
+    """``unstated_defaults`` said in one line (an error under ``strict``), and in data mode
+    collectives timed by the alpha-beta model for want of ``cluster.nccl_data`` (an error
+    under ``strict`` or ``ops.strict``, as the data's other fallbacks are); not where
+    ``analytical`` (--analytical) will model them anyway."""
+    keys = unstated_defaults(raw, cfg, model=not megatron, search_gpus=search_gpus)
+    if keys:
+        _assume(notes, [unstated_line(keys)], strict, source, unstated_how(keys))
+    gpus = cfg.gpus if search_gpus is None else search_gpus
+    if analytical or cfg.ops.mode != "data" or cfg.cluster.nccl_data or gpus <= 1:
+        return
+    if strict or cfg.ops.strict:
+        raise strict_refusal(NO_NCCL_DATA, NO_NCCL_DATA_HOW, file=source,
+                             key="cluster.nccl_data")
+    notes.append(NO_NCCL_DATA)
 
 
 def strict_refusal(assumption: str, how: str, *, file: str | None, key: str | None = None,
@@ -330,9 +422,16 @@ def _analytical(cfg: TrainConfig, notes: list[str], strict: bool = False) -> Tra
     layout = {k: getattr(cfg, k).model_dump() for k in ("training", "parallel")}
     _assume(notes, [n for n in assumed_defaults({**layout, "cluster": cluster, "ops": ops})
                     if n not in notes], strict, "--analytical")
-    return cfg.model_copy(update={
+    out = cfg.model_copy(update={
         "ops": cfg.ops.model_copy(update={"mode": "analytical"}),
         "cluster": cfg.cluster.model_copy(update={**cluster, "nccl_data": None})})
+    if cfg.cluster.nccl_data:  # the latencies, moot beside the samples, now time collectives
+        latencies = [kv for kv in unstated_defaults({**layout, "cluster": cluster}, out,
+                                                    model=False) if kv[0].startswith("cluster.")]
+        if latencies:
+            _assume(notes, [unstated_line(latencies)], strict, "--analytical",
+                    unstated_how(latencies))
+    return out
 
 
 # the notes ``read_config`` makes of an estimate-train-time config's data folders
@@ -349,6 +448,10 @@ def _forget_dropped_data(notes: list[str]) -> None:
                 if not n.startswith(tuple(f"{k} " for k in DATA_FOLDER_KEYS))]
 
 
+# the links' latencies, which the alpha-beta model takes beside their bandwidths
+LATENCY_KEYS = ("intra_latency_us", "inter_latency_us")
+
+
 def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str]:
     """The defaults that data mode's fallbacks in ``estimates`` used: the efficiencies of the
     roofline an op without measured data is timed by, the links of the alpha-beta model a
@@ -363,7 +466,7 @@ def fallback_assumptions(cfg: TrainConfig, estimates: Sequence[Any]) -> list[str
                                                          for k in ops)
                    + " for the ops without measured data (the roofline); --set ops.KEY=VALUE")
     # a device with a system of its own had its links filled and said at load (device_links)
-    links = [k for k in LINK_KEYS if k not in cfg.cluster.model_fields_set]
+    links = [k for k in (*LINK_KEYS, *LATENCY_KEYS) if k not in cfg.cluster.model_fields_set]
     if cfg.cluster.nccl_data and links and any(e.alpha_beta_collectives for e in estimates):
         out.append("assumed (the defaults) " + ", ".join(f"cluster.{k} = "
                                                          f"{getattr(cfg.cluster, k)}"
