@@ -5,6 +5,7 @@ only; the work is in :mod:`opatlas.estimate.inputs` and :mod:`opatlas.estimate.r
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import typer
@@ -82,8 +83,9 @@ def _budget(tokens: str | None, steps: int | None, input_steps: int | None
     if tokens is not None:
         return parse_count(tokens), None
     if steps is None and input_steps is not None:
-        typer.echo(f"note: whole run of {input_steps:,} steps, from the Megatron arguments' "
-                   f"--train-iters/--train-samples (--tokens or --steps to change)", err=True)
+        typer.echo(f"note: whole run of {plural(input_steps, 'step')}, from the Megatron "
+                   f"arguments' --train-iters/--train-samples (--tokens or --steps to change)",
+                   err=True)
     return None, steps or input_steps
 
 
@@ -110,12 +112,60 @@ def _human(count: float) -> str:
 def print_run(run: Any, price: float | None) -> None:
     from opatlas.console import make_console
 
-
     c = make_console()
-    c.print(f"whole run: {_human(run.tokens)} tokens in {run.steps:,} steps of "
-            f"{_human(run.tokens / run.steps)} tokens")
-    cost = f"   cost {run.cost:,.0f} at {price:g} per GPU-hour" if run.cost is not None else ""
-    c.print(f"  {run.days:,.2f} days   {run.gpu_hours:,.0f} GPU-hours{cost}")
+    for line in run_lines(run, price):
+        c.print(line)
+
+
+def run_lines(run: Any, price: float | None) -> list[str]:
+    """The whole run as text: a short run's time and GPU-hours keep significant digits
+    (a 5 s run on 64 GPUs is 0.0889 GPU-hours, not 0); --json keeps full precision."""
+    cost = f"   cost {significant(run.cost)} at {price:g} per GPU-hour" \
+        if run.cost is not None else ""
+    return [f"whole run: {_human(run.tokens)} tokens in {plural(run.steps, 'step')} of "
+            f"{_human(run.tokens / run.steps)} tokens",
+            f"  {duration(run.days * 86400.0)}   "
+            f"{plural_text(significant(run.gpu_hours), 'GPU-hour')}{cost}"]
+
+
+def significant(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits, in plain notation (0.0889, 12.3, 123),
+    whole and with thousands separators from 10**digits up (184,320)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    if abs(x) >= 10 ** digits:
+        return f"{x:,.0f}"
+    places = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    shown = f"{x:.{places}f}"
+    if abs(float(shown)) >= 10 ** digits:  # 999.6 rounds up to 1,000
+        return f"{x:,.0f}"
+    return shown
+
+
+def duration(seconds: float) -> str:
+    """A run's wall-clock time: days (two decimals) from one day up, else hours, minutes or
+    seconds with significant digits."""
+    if seconds >= 86400.0:
+        return f"{seconds / 86400.0:,.2f} days"
+    for size, unit in ((3600.0, "hour"), (60.0, "minute"), (1.0, "second")):
+        if seconds >= size:
+            return plural_text(significant(seconds / size), unit)
+    return plural_text(significant(seconds), "second")
+
+
+def days_cell(days: float) -> str:
+    """The search table's days: two decimals from one day up, significant digits below."""
+    return f"{days:,.2f}" if days >= 1 else significant(days)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 step``, ``2,000 steps``."""
+    return plural_text(f"{count:,}", noun)
+
+
+def plural_text(shown: str, noun: str) -> str:
+    """``noun`` after the number as shown: singular only for exactly ``1``."""
+    return f"{shown} {noun}" if shown == "1" else f"{shown} {noun}s"
 
 
 def search_runs(cfg: Any, gpus: int, top: int, tokens: str | None, steps: int | None,
@@ -155,8 +205,8 @@ def print_search_runs(ranked: list, n: int, oom: int, as_json: bool,
     for i, (e, r) in enumerate(ranked, 1):
         table.add_row(str(i), label(e).replace("\n", " "), f"{e.step_time_s:.3f}",
                       f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory_gib:.1f}",
-                      f"{r.days:,.2f}", f"{r.gpu_hours:,.0f}",
-                      *([f"{r.cost:,.0f}"] if priced else []), same_as(e))
+                      days_cell(r.days), significant(r.gpu_hours),
+                      *([significant(r.cost)] if priced else []), same_as(e))
     print_wide(table)
     typer.echo(LAYOUT_LEGEND)
 

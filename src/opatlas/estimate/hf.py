@@ -251,12 +251,21 @@ def _family(data: dict[str, Any], file: str) -> tuple[str, Family]:
         raise SpecError(f"the field is missing, so the architecture is unknown (supported: "
                         f"{', '.join(sorted(FAMILIES))})", file=file, key="model_type")
     if model_type not in FAMILIES:
-        arch = ", ".join(data.get("architectures") or [])
-        raise SpecError(f"unsupported architecture{f' ({arch})' if arch else ''}; supported "
-                        f"model types: "
+        raise SpecError(f"model_type {model_type!r} names an unsupported architecture"
+                        f"{_architectures_aside(data)}; supported model types: "
                         f"{', '.join(sorted(FAMILIES))}", file=file, key="model_type",
                         value=model_type)
     return model_type, FAMILIES[model_type]
+
+
+def _architectures_aside(data: dict[str, Any]) -> str:
+    """Why ``architectures`` is not the field refused: the family is read from
+    ``model_type`` alone, so a supported-looking ``architectures`` does not rescue it."""
+    arch = data.get("architectures")
+    if not arch:
+        return ""
+    shown = ", ".join(map(str, arch)) if isinstance(arch, list) else str(arch)
+    return f" (the family is read from model_type, not from architectures: {shown})"
 
 
 def _attention(r: _Reader) -> dict[str, int]:

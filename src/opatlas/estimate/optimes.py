@@ -7,6 +7,8 @@ with a warning naming them (and a note in the estimate), or an error under ``ops
 
 from __future__ import annotations
 
+import sys
+import time
 import warnings
 from typing import Any
 
@@ -50,6 +52,8 @@ class RooflineTimes:
 class DataTimes(RooflineTimes):
     """The Predictor's models for ops the data has; the roofline for the others."""
 
+    fits: FitProgress | None = None  # models fitted on first use, shown as they go
+
     def __init__(self, device: Device, device_name: str, dtype: str, data: str,
                  compute_eff: float, memory_eff: float, strict: bool = False,
                  roofline: tuple[str, ...] = ()) -> None:
@@ -64,12 +68,14 @@ class DataTimes(RooflineTimes):
         self.too_few: set[str] = set()  # ops with fewer rows than a model is fitted on
         self.asked: set[str] = set()  # "op/pass" timed by the roofline as ops.roofline asks
         self.references: dict[str, str] = {}  # op -> how the data's implementation differs
+        self.fits = None
 
     def __call__(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
         if self.by_roofline and roofline_asked(op, self.by_roofline):
             self.asked.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
         try:
+            self._fit_if_needed(op, shapes, pass_)
             times = self.predictor.predict(op, shapes, pass_=pass_) * 1e-6
         except TooFewRows:
             self.too_few.add(f"{op}/{pass_}")
@@ -85,13 +91,39 @@ class DataTimes(RooflineTimes):
             self.references[op] = self.predictor.reference_note(op, as_columns(shapes))
         return times
 
+    def _fit_if_needed(self, op: str, shapes: Any, pass_: str) -> None:
+        """Fit the model of (op, pass) now if the cache lacks it, with progress on stderr;
+        nothing when it is cached. Whatever keeps it from a model (no data, too few rows)
+        is left to ``predict`` to raise and the caller to handle."""
+        from opatlas.columns import as_columns
+
+        if not hasattr(self.predictor, "cached_model"):
+            return  # a stand-in predictor (a test's) keeps no models to fit
+        try:
+            name = self.predictor.resolve_op(op, as_columns(shapes))[0]
+            if self.predictor.cached_model(name, pass_) is not None:
+                return
+        except OpatlasError:
+            return
+        if self.fits is None:
+            self.fits = FitProgress(self.predictor)
+        try:
+            self.fits.fit(name, pass_)
+        except BaseException:
+            self.fits.close()  # a live bar left open would garble the error after it
+            raise
+
     def roofline_ops(self) -> frozenset[str]:
         return frozenset(self.fallbacks | self.too_few | self.asked)
 
     def fallback_notes(self) -> list[str]:
         """One note per op without data (or too little); said on stderr once, or an error
-        when strict."""
+        when strict. The engine asks for them once every op is timed: the fits' progress
+        ends here."""
         from opatlas.fit.recipes import MIN_FIT_ROWS
+
+        if self.fits is not None:
+            self.fits.close()
 
         notes = self._reference_notes() + [f"op {x} is timed by the roofline (ops.roofline)"
                                            for x in sorted(self.asked)]
@@ -131,6 +163,44 @@ class DataTimes(RooflineTimes):
                       f"an error)", ReferenceImplementationWarning, stacklevel=3)
         return [f"op {op} is timed from measurements of opatlas's {catalog_name(op)}, which "
                 f"{note}" for op, note in refs.items()]
+
+
+class FitProgress:
+    """Models fitted on first use, on stderr: a note once per process, then a bar on a
+    terminal (else a line per model) counting them and naming each. How many an estimate
+    needs is known only as it asks for them, so the count is of those fitted so far."""
+
+    noted = False  # the note is said once per process, however many estimates fit models
+
+    def __init__(self, predictor: Any) -> None:
+        self.predictor = predictor
+        self.bar: Any = None
+
+    def fit(self, name: str, pass_: str) -> None:
+        if self.bar is None:
+            self._start(name, pass_)
+        self.bar.advance("fitted", count=0, detail=f"fitting {name} {pass_}")
+        t0 = time.monotonic()
+        self.predictor.model(name, pass_)
+        self.bar.advance("fitted", detail=f"{name} {pass_} in {time.monotonic() - t0:.1f} s")
+
+    def _start(self, name: str, pass_: str) -> None:
+        from opatlas.run.progress import Progress
+
+        if not FitProgress.noted:
+            FitProgress.noted = True
+            pred = self.predictor
+            print(f"opatlas: note: ops.mode data: fitting runtime models on first use, one "
+                  f"per op and pass the estimate needs (first {name} {pass_}), from the "
+                  f"{pred.data_source} data ({pred.device} {pred.dtype}); they are cached in "
+                  f"{pred.registry.root} for next time", file=sys.stderr, flush=True)
+        self.bar = Progress(None, label="fitting models", unit="models", log_every=1)
+        self.bar.__enter__()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
 
 
 def roofline_asked(op: str, names: frozenset[str]) -> bool:
