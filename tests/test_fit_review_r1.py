@@ -223,13 +223,14 @@ def test_an_estimate_says_an_op_has_too_few_rows_not_no_data():
     class Thin:  # the Predictor's two refusals, without data to read
         device, data_source = "A100", "d"
 
-        def predict(self, op, shapes, pass_):
+        def predict(self, op, shapes, pass_, dtype=None):
             raise (TooFewRows if op == "gelu" else OpatlasError)(op)
 
     times = DataTimes.__new__(DataTimes)
     RooflineTimes.__init__(times, get_device("A100"), "fp16", 1.0, 1.0)
     times.predictor, times.strict, times.fallbacks, times.too_few = Thin(), False, set(), set()
     times.by_roofline, times.asked, times.references = frozenset(), set(), {}
+    times.state_dtype = set()
     shapes = pd.DataFrame({"b": [1], "l": [512], "dim": [1024]})
     roof = RooflineTimes(get_device("A100"), "fp16", 1.0, 1.0)("gelu", shapes, "bwd")
     assert times("gelu", shapes, "bwd") == pytest.approx(roof)

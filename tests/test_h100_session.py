@@ -143,15 +143,28 @@ def test_wider_data_never_answers_for_a_narrower_name():
     assert name == "linear"
 
 
-def test_an_estimate_on_h100_data_finds_every_op_but_the_optimizer(capsys):
+def test_an_estimate_on_h100_data_finds_every_op_the_optimizer_at_its_fp32_states(capsys):
     from conftest import cli_in_process
+    from opatlas.predict import Predictor
 
     code, out, err = cli_in_process(
         capsys, "estimate", str(REPO / "examples" / "estimate" / "llama-3.1-8b-dgx-h100.yml"),
         "--set", "ops.mode=data", "--set", "ops.data=h100", "--json")
     assert code == 0, err
-    notes = json.loads(out)["notes"]
-    assert notes == ["op middleStage_optimizer/step has no measured data; roofline used"], notes
+    est = json.loads(out)
+    assert est["notes"] == [
+        "op middleStage_optimizer/step is timed from the data's fp32 measurements (the "
+        "optimizer's states are fp32 in mixed precision; the data has no bf16 ones)"]
+    assert "no measured data" not in err
+    # the row is the fp32 data's model at the step's own parameter count
+    [row] = [i for i in est["items"] if i["category"] == "optimizer"]
+    n = int(row["shape"]["n_params"])
+    adam = Predictor(device="H100", dtype="fp32", data="h100").predict(
+        "middleStage_optimizer", {"n_params": [n], "mp": [1], "dim": [0], "encoders": [0],
+                                  "ffn": [14336], "vocab": [128256]}, pass_="step")[0] * 1e-6
+    # Adam plus the mixed-precision passes around it, streamed at Adam's rate: (28 + B) / 28
+    passes = row["shape"]["passes_bytes_per_param"]
+    assert row["time_s"] == pytest.approx(adam * (28 + passes) / 28, rel=1e-9)
 
 
 # --- Fig. 24a: the parser against ncu's own CSVs --------------------------------------------

@@ -72,6 +72,9 @@ def test_upstream_fused_samples_are_not_a_stand_in(capsys):
     est, err = _estimate(capsys, str(GPT))
     assert "opatlas's masked_softmax" not in err
     assert not any("measurements of opatlas" in n for n in est["notes"])
+    # its optimizer samples are filed at the training dtype: no fp32 stand-in either
+    assert not any("fp32 measurements" in n for n in est["notes"])
+    assert est["breakdown"]["optimizer"] > 0
 
 
 def test_strict_refuses_the_stand_in_naming_it(capsys, on_h100):

@@ -390,8 +390,9 @@ def _optimizer_times(fn: Any, cfgs: list[TrainConfig], devs: list[tuple[float, l
     params = np.array([(dev[0] - dev[2]) / shard(c, c.parallel.dp)
                        + dev[2] / shard(c, c.parallel.dp // c.parallel.ep)
                        for c, dev in zip(cfgs, devs, strict=True)])
+    m = cfgs[0].model  # ffn and vocab: what data of per-stage steps files (timing only)
     shapes = as_columns({"n_params": np.maximum(params, 1).astype(np.int64), "mp": 1, "dim": 0,
-                         "encoders": 0})
+                         "encoders": 0, "ffn": m.ffn_width, "vocab": m.vocab})
     adam = fn("middleStage_optimizer", shapes, "step")  # data, or the roofline said on stderr
     buffers = [dev[0] / n if c.parallel.zero == 1 else 1.0
                for c, dev, n in zip(cfgs, devs, shapes["n_params"], strict=True)]

@@ -68,6 +68,7 @@ class DataTimes(RooflineTimes):
         self.too_few: set[str] = set()  # ops with fewer rows than a model is fitted on
         self.asked: set[str] = set()  # "op/pass" timed by the roofline as ops.roofline asks
         self.references: dict[str, str] = {}  # op -> how the data's implementation differs
+        self.state_dtype: set[str] = set()  # "op/pass" timed from fp32 optimizer-state data
         self.fits = None
 
     def __call__(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
@@ -75,8 +76,7 @@ class DataTimes(RooflineTimes):
             self.asked.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
         try:
-            self._fit_if_needed(op, shapes, pass_)
-            times = self.predictor.predict(op, shapes, pass_=pass_) * 1e-6
+            times = self._predict(op, shapes, pass_)
         except TooFewRows:
             self.too_few.add(f"{op}/{pass_}")
             return super().__call__(op, shapes, pass_)
@@ -91,7 +91,29 @@ class DataTimes(RooflineTimes):
             self.references[op] = self.predictor.reference_note(op, as_columns(shapes))
         return times
 
-    def _fit_if_needed(self, op: str, shapes: Any, pass_: str) -> None:
+    def _predict(self, op: str, shapes: Any, pass_: str) -> np.ndarray:
+        """Seconds per row from the data at the training dtype; an optimizer step the data
+        holds only at fp32 (opatlas's ``adam_step`` sweeps file it under its states' dtype,
+        which mixed precision keeps in fp32 whatever the training dtype) from that."""
+        try:
+            return self._predict_at(op, shapes, pass_, None)
+        except (TooFewRows, InvalidShape):
+            raise
+        except OpatlasError as exc:
+            if self.dtype == STATE_DTYPE or not _fp32_states(op):
+                raise
+            try:
+                times = self._predict_at(op, shapes, pass_, STATE_DTYPE)
+            except OpatlasError:
+                raise exc from None
+            self.state_dtype.add(f"{op}/{pass_}")
+            return times
+
+    def _predict_at(self, op: str, shapes: Any, pass_: str, dtype: str | None) -> np.ndarray:
+        self._fit_if_needed(op, shapes, pass_, dtype)
+        return self.predictor.predict(op, shapes, pass_=pass_, dtype=dtype) * 1e-6
+
+    def _fit_if_needed(self, op: str, shapes: Any, pass_: str, dtype: str | None = None) -> None:
         """Fit the model of (op, pass) now if the cache lacks it, with progress on stderr;
         nothing when it is cached. Whatever keeps it from a model (no data, too few rows)
         is left to ``predict`` to raise and the caller to handle."""
@@ -101,14 +123,14 @@ class DataTimes(RooflineTimes):
             return  # a stand-in predictor (a test's) keeps no models to fit
         try:
             name = self.predictor.resolve_op(op, as_columns(shapes))[0]
-            if self.predictor.cached_model(name, pass_) is not None:
+            if self.predictor.cached_model(name, pass_, dtype=dtype) is not None:
                 return
         except OpatlasError:
             return
         if self.fits is None:
             self.fits = FitProgress(self.predictor)
         try:
-            self.fits.fit(name, pass_)
+            self.fits.fit(name, pass_, dtype)
         except BaseException:
             self.fits.close()  # a live bar left open would garble the error after it
             raise
@@ -127,6 +149,9 @@ class DataTimes(RooflineTimes):
 
         notes = self._reference_notes() + [f"op {x} is timed by the roofline (ops.roofline)"
                                            for x in sorted(self.asked)]
+        notes += [f"op {x} is timed from the data's {STATE_DTYPE} measurements (the optimizer's "
+                  f"states are {STATE_DTYPE} in mixed precision; the data has no {self.dtype} "
+                  f"ones)" for x in sorted(self.state_dtype)]
         if not self.fallbacks and not self.too_few:
             return notes
         where = f"{self.predictor.device} {self.dtype} in {self.predictor.data_source}"
@@ -165,6 +190,17 @@ class DataTimes(RooflineTimes):
                 f"{note}" for op, note in refs.items()]
 
 
+STATE_DTYPE = "fp32"  # mixed precision's optimizer states and master weights
+
+
+def _fp32_states(op: str) -> bool:
+    """Whether ``op`` is an optimizer step (the catalog's ``adam_step``, or an alias of it
+    such as upstream's ``middleStage_optimizer``), whose states are fp32 in mixed precision."""
+    from opatlas.predict.predictor import catalog_name
+
+    return catalog_name(op) in ("adam_step", "optimizer")
+
+
 class FitProgress:
     """Models fitted on first use, on stderr: a note once per process, then a bar on a
     terminal (else a line per model) counting them and naming each. How many an estimate
@@ -176,12 +212,12 @@ class FitProgress:
         self.predictor = predictor
         self.bar: Any = None
 
-    def fit(self, name: str, pass_: str) -> None:
+    def fit(self, name: str, pass_: str, dtype: str | None = None) -> None:
         if self.bar is None:
             self._start(name, pass_)
         self.bar.advance("fitted", count=0, detail=f"fitting {name} {pass_}")
         t0 = time.monotonic()
-        self.predictor.model(name, pass_)
+        self.predictor.model(name, pass_, dtype=dtype)
         self.bar.advance("fitted", detail=f"{name} {pass_} in {time.monotonic() - t0:.1f} s")
 
     def _start(self, name: str, pass_: str) -> None:
