@@ -14,15 +14,6 @@ import yaml
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
-# Modules that start a Ray cluster of their own run on one pytest-xdist worker, one after the
-# other: two clusters at once share /tmp/ray and starve each other's workers on 2 cores.
-SERIAL_GROUPS = {"test_ray_executor.py": "ray", "test_ray_review_r3.py": "ray"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if (group := SERIAL_GROUPS.get(item.path.name)) is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def write_spec(path: Path, spec: dict) -> Path:
