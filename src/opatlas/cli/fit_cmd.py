@@ -522,17 +522,18 @@ def predict(
                    f"{', '.join(f'{k}={v}' for k, v in filled.items())} (opatlas ops; "
                    f"--shape k=v sets another)", err=True)
     row = {**{k: v[0] for k, v in columns.items()}, **filled}
-    out = {}
     for pass_ in passes:
         pred.check_shape(name, list(row), pass_, unknown_ok=False)
         check_valid(name, row)
-    pred.check_range(name, row, passes)
+    # a default filled in is range-checked only where it changes the op's counts here
+    pred.check_range(name, row, passes, given=[k for k in row if k not in filled])
     _fit_with_progress(pred, name, passes)  # after the shape's checks: a bad one costs no fit
-    for pass_ in passes:
-        out[pass_] = float(pred.predict(op, [params], pass_=pass_)[0])
-    if as_json:
+    times = pred.predict_passes(op, [params], passes)  # a floor: one line naming every pass
+    out = {pass_: float(t[0]) for pass_, t in times.items()}
+    if as_json:  # the floor and range notes too: said on stderr, which JSON readers skip
         typer.echo(json.dumps({"op": op, "shape": params, "defaults": defaults,
-                               "device": device, "dtype": dtype, "us": out}))
+                               "device": device, "dtype": dtype, "us": out,
+                               "notes": pred.notes}))
     else:
         for k, v in out.items():
             typer.echo(f"{op} {k}: {v:,.1f} µs")

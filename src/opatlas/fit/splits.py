@@ -104,13 +104,14 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
         col, _, frac_s = rest.partition(":")
         if col not in df:
             raise OpatlasError(f"split {spec!r}: no column {col!r} (have {sorted(df.columns)})")
-        values = np.sort(df[col].unique())
+        num = _numeric_column(spec, df[col], col)
+        values = np.sort(num.dropna().unique())
         frac = _fraction(spec, frac_s)
         k = max(1, round(len(values) * frac))
         if k >= len(values):
             raise OpatlasError(f"split {spec!r}: {col} has too few distinct values")
         cut = values[-k]
-        mask = (df[col] >= cut).to_numpy()
+        mask = (num >= cut).to_numpy()
         yield np.flatnonzero(~mask), np.flatnonzero(mask)
     elif kind == "group":
         cols = [c for c in rest.split(",") if c]
@@ -124,6 +125,20 @@ def iter_splits(df: pd.DataFrame, spec: str) -> Iterator[tuple[np.ndarray, np.nd
             yield np.flatnonzero(keys != g), np.flatnonzero(keys == g)
     else:
         raise OpatlasError(f"unknown split {spec!r}: use {FORMS}")
+
+
+def _numeric_column(spec: str, col: pd.Series, name: str) -> pd.Series:
+    """``col`` as numbers, or an error: extrapolation tests on a column's largest values,
+    which text (a role, a stage) has none of; its alphabetical order would be no more than
+    an arbitrary group held out, its errors no extrapolation's."""
+    num = pd.to_numeric(col, errors="coerce") if not pd.api.types.is_bool_dtype(col) else \
+        pd.Series(np.nan, index=col.index)
+    bad = num.isna() & col.notna()
+    if bad.any():
+        raise OpatlasError(f"split {spec!r}: column {name!r} is not numeric (it holds "
+                           f"{col[bad].iloc[0]!r}), so it has no largest values to "
+                           f"extrapolate to; use group:{name} to leave each value out")
+    return num
 
 
 def _fraction(spec: str, text: str) -> float:

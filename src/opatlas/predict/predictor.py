@@ -4,7 +4,7 @@ cached in the model registry, evaluated on whole tables of shapes at once."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,8 @@ class Predictor:
         self._params: dict[tuple[str, str, str, str], list[str]] = {}
         self._devices: dict[tuple[str, str], Device] = {}
         self._floors: dict[tuple[str, str], float | None] = {}
+        # what the floor and range warnings said, in order: for a JSON answer to carry
+        self.notes: list[str] = []
 
     @property
     def data(self) -> pd.DataFrame:
@@ -382,20 +384,37 @@ class Predictor:
         """``times`` no lower than the least time the data measured on the device (any op):
         a kernel never takes 0 µs, while a model scaling its roofline base down to a tiny
         shape, below the data's smallest, would predict nearly that. Said once per op."""
+        floored, low = self._floor(op, pass_, times, device, dtype)
+        if low:
+            self._say_floor(op, {pass_: low}, len(times), device, dtype)
+        return floored
+
+    def _floor(self, op: str, pass_: str, times: np.ndarray, device: str | None,
+               dtype: str | None) -> tuple[np.ndarray, int]:
+        """(``times`` floored at the device's least measured time, how many were below)."""
+        floor = self._floor_us(op, pass_, device_key(device or self.device),
+                               dtype or self.dtype)
+        if floor is None:
+            return times, 0
+        low = int((times < floor).sum())
+        return (np.maximum(times, floor), low) if low else (times, 0)
+
+    def _say_floor(self, op: str, low: Mapping[str, int], n: int, device: str | None,
+                   dtype: str | None) -> None:
+        """One warning (once per op) naming every pass floored, ``low``: pass -> how many of
+        the ``n`` shapes were below the floor; noted in :attr:`notes` too."""
+        if (op, "floor") in self._said:
+            return
+        self._said.add((op, "floor"))
         device, dtype = device_key(device or self.device), dtype or self.dtype
-        floor = self._floor_us(op, pass_, device, dtype)
-        low = times < floor if floor is not None else None
-        if low is None or not low.any():
-            return times
-        if (op, "floor") not in self._said:  # one floor per device: said once per op
-            self._said.add((op, "floor"))
-            n, k = len(times), int(low.sum())
-            which = f"{k} of {n} shapes" if n > 1 else "the shape"
-            warnings.warn(f"{op}: {which} predicted under {floor:g} µs ({pass_}), the least time "
-                          f"any op took in the data on {device} {dtype}: floored there (a "
-                          f"kernel takes at least its launch; below the data's smallest "
-                          f"shapes the model extrapolates)", OutOfRangeWarning, stacklevel=3)
-        return np.maximum(times, floor)
+        floor = self._floor_us(op, next(iter(low)), device, dtype)
+        passes = ", ".join(f"{p}: {k} of {n} shapes" if n > 1 else p for p, k in low.items())
+        which = "shapes" if n > 1 else "the shape"
+        text = (f"{op}: {which} predicted under {floor:g} µs ({passes}), the least time any "
+                f"op took in the data on {device} {dtype}: floored there (a kernel takes at "
+                f"least its launch; below the data's smallest shapes the model extrapolates)")
+        self.notes.append(text)
+        warnings.warn(text, OutOfRangeWarning, stacklevel=4)
 
     def _floor_us(self, op: str, pass_: str, device: str, dtype: str) -> float | None:
         """The latency floor: the data's least time on the device; a saved model's own
@@ -469,26 +488,59 @@ class Predictor:
                               f"counts (--strict refuses)", UnmeasuredValueWarning, stacklevel=3)
 
     def outside_range(self, op: str, row: Mapping[str, Any], pass_: str = "fwd",
-                      device: str | None = None, dtype: str | None = None) -> list[str]:
+                      device: str | None = None, dtype: str | None = None,
+                      given: Collection[str] | None = None) -> list[str]:
         """Each of ``row``'s numeric parameters outside the values (op, pass) was measured at,
-        with that range, e.g. ``l=65,536 (measured 128 to 8,192)``."""
+        with that range, e.g. ``l=65,536 (measured 128 to 8,192)``. ``given``: the parameters
+        the user gave (None: all of ``row``'s); another (a catalog default filled in, such as
+        a qkv linear's ``ffn=0``) counts only where it changes the op's counts at ``row``:
+        one that does not is no extrapolation."""
         group = self.index.group(op, pass_, device_key(device or self.device),
                                  dtype or self.dtype) or {}
         out = []
         ranges = group.get("ranges") or {}
         for k, (lo, hi) in ranges.items():
             v = row.get(k)
-            if isinstance(v, int | float) and not isinstance(v, bool) and not lo <= v <= hi:
-                out.append(f"{k}={_value(v)} (measured {_value(lo)} to {_value(hi)})")
+            if not isinstance(v, int | float) or isinstance(v, bool) or lo <= v <= hi:
+                continue
+            if given is not None and k not in given and \
+                    not self._changes_counts(op, row, k, (lo, hi), dtype):
+                continue
+            out.append(f"{k}={_value(v)} (measured {_value(lo)} to {_value(hi)})")
         return out + _left_out_by_data(op, row, ranges)
 
+    def _changes_counts(self, op: str, row: Mapping[str, Any], k: str,
+                        values: Sequence[float], dtype: str | None) -> bool:
+        """Whether setting ``row``'s ``k`` to any of ``values`` changes what a model of ``op``
+        reads there: the op's counts (FLOPs, bytes, features) and, for the ett recipe, its
+        upstream features. True where they cannot be had (an op outside the catalog, a
+        formula failing): such a value is taken to matter."""
+        from opatlas.ops.batch import count_columns
+
+        rows = [dict(row), *({**row, k: v} for v in values)]
+        try:
+            cols = count_columns(op, as_columns(rows), dtype=dtype or self.dtype)
+            if self.recipe == "ett":
+                from opatlas.columns import to_frame
+                from opatlas.fit.features import ett_features
+
+                ett = ett_features(op, to_frame(as_columns(rows)))
+                cols = {**cols, **{f"ett_{c}": ett[c].to_numpy(float) for c in ett.columns}}
+        except Exception:  # a user's formula may raise anything
+            return True
+        return any(not np.allclose(np.asarray(v, dtype=float), float(np.asarray(v)[0]),
+                                   rtol=1e-12, atol=0.0, equal_nan=True)
+                   for v in cols.values())
+
     def check_range(self, op: str, row: Mapping[str, Any], passes: Sequence[str],
-                    device: str | None = None, dtype: str | None = None) -> None:
+                    device: str | None = None, dtype: str | None = None,
+                    given: Collection[str] | None = None) -> None:
         """Say on stderr (an error when strict) which of ``row``'s parameters lie outside the
         data the models of ``passes`` were fitted on, and what the recipe does there: tree
-        models (gbm, ett) cannot extrapolate, the hybrid's roofline base scales."""
-        outside = list(dict.fromkeys(t for p in passes
-                                     for t in self.outside_range(op, row, p, device, dtype)))
+        models (gbm, ett) cannot extrapolate, the hybrid's roofline base scales. ``given``:
+        as :meth:`outside_range` takes it."""
+        outside = list(dict.fromkeys(
+            t for p in passes for t in self.outside_range(op, row, p, device, dtype, given)))
         if not outside:
             return
         what = f"{op}: {', '.join(outside)} outside the data the model was fitted on"
@@ -502,6 +554,7 @@ class Predictor:
             how = (f"the {recipe} recipe's trees cannot extrapolate: its prediction stays "
                    f"near the times at the data's edge (the hybrid recipe's roofline base "
                    f"scales with the op's FLOPs and bytes)")
+        self.notes.append(f"{what}: {how}")
         warnings.warn(f"{what}: {how} (--strict refuses)", OutOfRangeWarning, stacklevel=2)
 
     def predict(self, op: str, shapes: pd.DataFrame | Columns | Mapping[str, Any]
@@ -510,6 +563,27 @@ class Predictor:
         """Times in µs, one per shape (row): a DataFrame, columns, one shape's mapping of
         values or a sequence of row mappings. A shape ``opatlas predict --shape`` refuses
         (``b=0``, ``mp="2"``, ``dim`` not a multiple of ``mp``...) raises :class:`InvalidShape`."""
+        return self.predict_passes(op, shapes, (pass_,), device=device, dtype=dtype)[pass_]
+
+    def predict_passes(self, op: str, shapes: pd.DataFrame | Columns | Mapping[str, Any]
+                       | Sequence[Mapping], passes: Sequence[str], *,
+                       device: str | None = None, dtype: str | None = None
+                       ) -> dict[str, np.ndarray]:
+        """:meth:`predict` for each of ``passes``; a floor is said once, in one line naming
+        every pass it lifted."""
+        out, low, name = {}, {}, op
+        for pass_ in passes:
+            name, times = self._predict_raw(op, shapes, device, dtype, pass_)
+            out[pass_], k = self._floor(name, pass_, times, device, dtype)
+            if k:
+                low[pass_] = k
+        if low:
+            self._say_floor(name, low, n_rows(as_columns(shapes)), device, dtype)
+        return out
+
+    def _predict_raw(self, op: str, shapes: Any, device: str | None, dtype: str | None,
+                     pass_: str) -> tuple[str, np.ndarray]:
+        """(the op's name in the data, the model's times before the floor)."""
         name, table = self.resolve_op(op, as_columns(shapes))
         model = self.model(name, pass_, device, dtype)
         self.check_shape(name, list(table), pass_, device, dtype)
@@ -517,10 +591,8 @@ class Predictor:
         check_values(name, table, first)
         self._say_unmeasured(name, pass_, table, device, dtype)
         if len(first) == n_rows(table):
-            times = model.predict(table)
-        else:
-            times = model.predict(take(table, first))[codes]
-        return self._floored(name, pass_, times, device, dtype)
+            return name, model.predict(table)
+        return name, model.predict(take(table, first))[codes]
 
 
 def catalog_name(op: str) -> str:
@@ -766,6 +838,10 @@ def _param_kinds(op: str) -> tuple[set[str], set[str], dict[str, Any]]:
     return named, whole, known
 
 
+# the largest value a shape parameter takes: int64's, in which the op's counts are computed
+MAX_VALUE = 2**63 - 1
+
+
 def number_problem(k: str, num: float, whole: bool, zero_ok: bool = False,
                    shown: str | None = None) -> str | None:
     """What is wrong with ``num`` as the value of parameter ``k`` (None: nothing): numbers are
@@ -776,6 +852,9 @@ def number_problem(k: str, num: float, whole: bool, zero_ok: bool = False,
     if not np.isfinite(num) or num < 0:
         least = "> 0 (a size or a split)" if k in SIZE_PARAMS else ">= 0"
         return f"{k} must be a finite number {least}"
+    if num > MAX_VALUE:  # the counts, in int64, would wrap to nonsense
+        return (f"{k} must be at most {MAX_VALUE:,} (2**63 - 1, the largest whole number "
+                f"the counts hold), not {shown if shown is not None else f'{num:g}'}")
     if num == 0 and k in SIZE_PARAMS and not zero_ok:  # no work, or a division by zero
         return f"{k} is a size or a split, it must be > 0"
     if whole and not float(num).is_integer():  # the op would truncate it, unsaid
@@ -871,6 +950,7 @@ def check_values(op: str, table: Columns, first: np.ndarray | None = None) -> No
         zero_ok = zero_means_not_given(known, k)
         finite = np.isfinite(arr)
         bad = (~finite & ~np.isnan(arr)) | (arr < 0)  # NaN: a row leaving the key out
+        bad |= np.where(finite, arr, 0) > MAX_VALUE
         if k in SIZE_PARAMS and not zero_ok:
             bad |= arr == 0
         if k in whole:

@@ -148,9 +148,10 @@ class Measurement:
 
 def measurement(spec: SweepSpec, cfg: RunConfig) -> Measurement:
     op, _ = get_op(spec.op)
-    passes = [p for p in (cfg.passes or spec.passes or op.passes) if p in op.passes]
+    asked = list(cfg.passes or spec.passes or op.passes)
+    passes = [p for p in asked if p in op.passes]
     if not passes:
-        raise OpatlasError(f"op {op.name!r} has none of the passes {cfg.passes}; "
+        raise OpatlasError(f"op {op.name!r} has none of the passes {asked}; "
                            f"it has {list(op.passes)}")
     return Measurement(tuple(passes), spec.repeats if cfg.repeats is None else cfg.repeats,
                        spec.warmup if cfg.warmup is None else cfg.warmup, cfg.timeout_s)

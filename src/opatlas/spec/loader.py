@@ -297,6 +297,8 @@ def _check_op(spec: SweepSpec, file: str) -> None:
                         key="kernel_name" if spec.source == "ett" else "op",
                         value=spec.op) from None
     _check_alias(spec, op, fixed, file)
+    _check_fixed_known(spec, op, file)
+    _check_passes(spec, op, file)
     provided = set(spec.param_names()) | set(spec.fixed) | set(fixed) | {"dtype"}
     missing = [p for p in op.params if p not in provided and p not in op.defaults]
     if missing:
@@ -310,10 +312,44 @@ def _check_op(spec: SweepSpec, file: str) -> None:
     if unused and not op.accepts_extra:
         import warnings
 
+        hints = "".join(_nearest_hint(name, op) for name in unused)
         warnings.warn(f"{file}: op '{op.name}' takes no parameter {', '.join(unused)}: each "
                       f"of its values repeats the same measurement under another vector "
-                      f"(it takes {', '.join([*op.params, *op.defaults])})", UserWarning,
-                      stacklevel=2)
+                      f"(it takes {', '.join([*op.params, *op.defaults])}){hints}",
+                      UserWarning, stacklevel=2)
+
+
+def _nearest_hint(name: str, op: Op) -> str:
+    """``; did you mean 'role' for 'rol'?`` naming the parameter of ``op`` nearest ``name``
+    ("" when none is near)."""
+    import difflib
+
+    near = difflib.get_close_matches(name, [*op.params, *op.defaults, "dtype"], n=1)
+    return f"; did you mean '{near[0]}' for '{name}'?" if near else ""
+
+
+def _check_fixed_known(spec: SweepSpec, op: Op, file: str) -> None:
+    """Every ``fixed`` key is a parameter the op takes: a misspelt one (``rol: out``) would
+    be stored with the vectors while the op measures its default (role qkv), another op.
+    An unknown ``params`` axis is only warned of (its values at least vary the vector)."""
+    if op.accepts_extra:
+        return
+    known = {*op.params, *op.defaults, "dtype"}
+    for name, value in spec.fixed.items():
+        if name not in known:
+            raise SpecError(f"op '{op.name}' takes no parameter '{name}'"
+                            f"{_nearest_hint(name, op)} (it takes "
+                            f"{', '.join([*op.params, *op.defaults])})", file=file,
+                            key=f"fixed.{name}", value=value)
+
+
+def _check_passes(spec: SweepSpec, op: Op, file: str) -> None:
+    """Every pass the spec asks for is one the op has: ``run`` would drop the others
+    unsaid, or fail when none is left, long after ``sweep expand`` called the spec valid."""
+    for value in spec.passes or ():
+        if value not in op.passes:
+            raise SpecError(f"op '{op.name}' has no pass '{value}'; its passes are "
+                            f"{', '.join(op.passes)}", file=file, key="passes", value=value)
 
 
 def _check_alias(spec: SweepSpec, op: Op, fixed: Mapping[str, Any], file: str) -> None:

@@ -49,7 +49,28 @@ class ParamRange(BaseModel):
             raise ValueError(f"empty range: start {self.start} > end {self.end}")
         if self.mode == "add" and (self.end - self.start) / self.step + 1 > MAX_RANGE_VALUES:
             raise ValueError(f"range has more than {MAX_RANGE_VALUES} values")
+        if self.mode == "mul" and self.mul_count() > MAX_RANGE_VALUES:
+            raise ValueError(f"range has more than {MAX_RANGE_VALUES} values")
         return self
+
+    def mul_count(self) -> int:
+        """How many values a ``mul`` range makes, without making them: floor(log(end/start)
+        / log(step)) + 1, that estimate moved by the values themselves where float rounding
+        puts it one off (``_mul_value(k)`` is exactly the value ``values()`` compares)."""
+        k = max(0, math.floor(math.log(self.end / self.start) / math.log(self.step)))
+        while k > 0 and self._mul_value(k) > self.end:
+            k -= 1
+        while self._mul_value(k + 1) <= self.end:
+            k += 1
+        return k + 1
+
+    def _mul_value(self, i: int) -> int | float:
+        """Value ``i`` of a ``mul`` range, as ``values()`` makes it (inf past the floats)."""
+        try:
+            raw = self.start * self.step ** i
+        except OverflowError:
+            return math.inf
+        return _tidy(raw, 1e-14 * abs(raw))
 
     def values(self) -> list[int | float]:
         """The inclusive sequence; integers stay integers. Value ``i`` is ``start + i·step``
@@ -62,8 +83,7 @@ class ParamRange(BaseModel):
                 raw = self.start + i * self.step
                 v = _tidy(raw, max(1e-9 * abs(self.step), 1e-14 * abs(raw)))
             else:
-                raw = self.start * self.step ** i
-                v = _tidy(raw, 1e-14 * abs(raw))
+                v = self._mul_value(i)
             if v > self.end:
                 return out
             out.append(v)
