@@ -266,9 +266,12 @@ def test_a_parameter_the_op_does_not_take_is_said(tmp_path, capsys):
 
 
 def test_results_and_imports_at_the_edges(tmp_path, capsys):
+    from opatlas.sweep.expand import vector_id
+
     store = tmp_path / "s.duckdb"
     with Store(store) as st:
-        st.add_results([ResultRow(vector_id="a" * 56, op="linear", params_json='{"b": 1}',
+        st.add_results([ResultRow(vector_id=vector_id("linear", {"b": 1}), op="linear",
+                                  params_json='{"b": 1}',
                                   pass_="fwd", backend="cpu", device="d", dtype="fp32",
                                   status="ok", message="", versions_json="{}")])
     nested = tmp_path / "new" / "r.json"

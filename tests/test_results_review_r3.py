@@ -25,10 +25,15 @@ FULL = 'Could not write file "s.duckdb.wal": No space left on device'
 
 def _rows(n: int, op: str = "linear", params: dict[str, Any] | None = None,
           start: int = 0) -> list[ResultRow]:
-    return [ResultRow(f"v{op}{i}", op, json.dumps({"m": i, **(params or {})}), "fwd", "cpu",
-                      "X", "fp32", "ok", repeats=3, mean_ns=2000.0, std_ns=20.0,
-                      median_ns=2000.0, flops=4000.0)
-            for i in range(start, start + n)]
+    from opatlas.sweep.expand import vector_id
+
+    def row(i: int) -> ResultRow:
+        shape = {"m": i, **(params or {})}  # the real id: an import checks it
+        return ResultRow(vector_id(op, shape), op, json.dumps(shape), "fwd", "cpu", "X",
+                         "fp32", "ok", repeats=3, mean_ns=2000.0, std_ns=20.0,
+                         median_ns=2000.0, flops=4000.0)
+
+    return [row(i) for i in range(start, start + n)]
 
 
 def _store(path: Path, n: int = 5) -> Path:

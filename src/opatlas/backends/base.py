@@ -63,7 +63,7 @@ MIN_TIME_MS = (0.001, 60_000.0)  # min_time_ms's range: 1 µs (less rounds to of
 
 def min_time_ns(value: float | str | None) -> int:
     """The ``min_time_ms`` backend option in ns (0: off); a clear error for a bad value."""
-    if value in (None, ""):
+    if value is None:
         return 0
     try:
         ms = float(value)  # type: ignore[arg-type]
@@ -182,6 +182,10 @@ def check_backend_options(name: str, options: dict[str, Any]) -> type:
     a driver that runs nothing itself can refuse a bad option before any worker starts)."""
     klass = _backend_class(name)
     _check_options(name, klass, options)
+    empty = [k for k, v in options.items() if isinstance(v, str) and not v.strip()]
+    if empty:  # not "the default" (the option left out): a value lost on the way here
+        raise OpatlasError(f"backend {name!r}: option(s) {', '.join(empty)} given an empty "
+                           f"value; give KEY=VALUE, or leave the option out for its default")
     return klass
 
 

@@ -77,15 +77,25 @@ def warm_torch(device: str) -> None:
     y.backward(torch.ones_like(y))
 
 
+def _threads(value: int | str) -> int:
+    """The ``threads`` option as a count >= 1; anything else (an empty value too: it is not
+    "the default", which is the option left out) is refused naming the value."""
+    try:
+        threads = int(value)
+    except ValueError:
+        raise ValueError(f"threads must be a whole number >= 1, got {value!r}") from None
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    return threads
+
+
 class CpuBackend(Backend):
     name = "cpu"
     dtypes = TORCH_DTYPES
 
     def __init__(self, threads: int | str | None = None,
                  min_time_ms: float | str | None = None) -> None:
-        self.threads = default_threads() if threads in (None, "") else int(threads)
-        if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        self.threads = default_threads() if threads is None else _threads(threads)
         self.min_time_ns = min_time_ns(min_time_ms)
         self._pinned = False
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from opatlas.store import Store
 
 
+# a spec's cap on repeats and warmup (SweepSpec's fields, opatlas.spec.model), which the
+# options overriding them keep: not imported, as pydantic would slow every command's start
+MAX_REPEATS = 100_000
 EXECUTOR_OPTIONS = {"ray": ("address", "devices_per_task", "chunk", "ray_resource"),
                     "submitit": ("jobs", "submitit_folder", "submitit_cluster", "submitit_opt")}
 
@@ -42,9 +45,10 @@ def run(
                                     "min_time_ms=T (time each pass for at least T ms); "
                                     "wormhole-sim: params=FILE (from opatlas calibrate)."),
     store: Path = StoreOpt,
-    repeats: int | None = typer.Option(None, "--repeats", min=1,
+    repeats: int | None = typer.Option(None, "--repeats", min=1, max=MAX_REPEATS,
                                        help="Timed repeats per pass (default: the spec's)."),
-    warmup: int | None = typer.Option(None, "--warmup", min=0, help="Untimed warm-up runs."),
+    warmup: int | None = typer.Option(None, "--warmup", min=0, max=MAX_REPEATS,
+                                      help="Untimed warm-up runs."),
     timeout: float = typer.Option(120.0, "--timeout", min=0.01,
                                   help="Seconds one vector may take before it is killed "
                                        "(a worker's start-up, e.g. importing PyTorch, is not "
@@ -233,11 +237,15 @@ def failed_earlier(summary: RunSummary) -> str:
 
 
 def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` options as a mapping; a missing ``=``, key or value is refused."""
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise OpatlasError(f"{flag} {item!r}: expected key=value")
+        if not value.strip():  # not "use the default": a value lost from a script's variable
+            raise OpatlasError(f"{flag} {item!r}: {key.strip()} has an empty value; give "
+                               f"{key.strip()}=VALUE, or leave the option out for its default")
         out[key.strip()] = value.strip()
     return out
 

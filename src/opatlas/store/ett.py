@@ -39,8 +39,9 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
     """Result rows of one sampling CSV; ``counts`` adds the catalog's FLOPs and bytes (the
     store wants them; model fitting derives its own features and skips the cost). A bad cell
     (a time that is not a number > 0, a shape parameter that is not a number) is refused in
-    one line naming the file, the line and the column; an empty time cell is a value not
-    sampled and skipped, as upstream writes them."""
+    one line naming the file, the line and the column, as is a shape the catalog op refuses
+    (``dim % mp != 0``, an ``mp`` of 0), naming the file, the line and the rule; an empty
+    time cell is a value not sampled and skipped, as upstream writes them."""
     meta = parse_sample_name(path)
     if meta is None:
         return []
@@ -61,6 +62,9 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
     rows = []
     for (line, cells), params in zip(lines, shapes, strict=True):
         params["dtype"] = meta["prec"]
+        if kind == "op" and (broken := _broken_rule(op, params)):
+            raise StoreError(f"{path}, line {line}: {_shown_shape(params)}: {broken}; such "
+                             f"a shape cannot be run or counted")
         vid = vector_id(op, params)
         flops, nbytes = catalog_counts(op, params) if counts and kind == "op" else ({}, {})
         for col, at in times:
@@ -76,6 +80,29 @@ def read_sample_file(path: Path, counts: bool = True) -> list[ResultRow]:
                 flops=flops.get(pass_), min_bytes=nbytes.get(pass_),
                 message=message))
     return rows
+
+
+def _broken_rule(op: str, params: dict) -> str | None:
+    """What makes ``params`` no shape of catalog op ``op`` (a rule it breaks, ``dim % mp !=
+    0``, or a parameter contradicting the alias), else None. An op outside the catalog (a
+    user's op without its module) is not checked: its rules are unknown, and said so."""
+    from opatlas.ops.registry import get_op, resolved_params
+
+    try:
+        get_op(op)
+    except OpatlasError:
+        return None
+    try:
+        cat, full = resolved_params(op, params)
+    except OpatlasError as exc:  # InvalidShape: a parameter the alias fixes otherwise
+        return str(exc)
+    reason = cat.invalid_reason(full)
+    alias = f" (catalog op {cat.name!r})" if cat.name != op else ""
+    return f"invalid for op {op!r}{alias}: {reason}" if reason else None
+
+
+def _shown_shape(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
 
 
 # what the bundled datasets' values are (each folder's PROVENANCE.md): (repeats, how)
