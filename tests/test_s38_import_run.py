@@ -54,14 +54,20 @@ def test_ett_import_refuses_shape_breaking_a_rule(capsys: pytest.CaptureFixture[
     assert _rows(store) == 0  # the good lines are not stored either, as for a negative time
 
 
-def test_ett_import_of_valid_shapes_counts_them(capsys: pytest.CaptureFixture[str],
-                                                 tmp_path: Path) -> None:
+def _imported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
+    """A store of the GOOD samples, imported with ``import ett-samples``."""
     folder = _samples(tmp_path / "d", GOOD)
-    store = tmp_path / "s.duckdb"
+    store = tmp_path / "a.duckdb"
     code, out, err = cli_in_process(capsys, "import", "ett-samples", str(folder), "--store",
                                     str(store))
     assert code == 0, err
     assert out.strip() == f"added 4 rows from 1 files to {store}"
+    return store
+
+
+def test_ett_import_of_valid_shapes_counts_them(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    store = _imported(capsys, tmp_path)
     with Store(store, read_only=True) as st:
         df = st.results()
     # qkv of one TP shard: out = 3·dim/mp; fwd 2·T·in·out, T = b·l = 128
@@ -72,10 +78,7 @@ def test_ett_import_of_valid_shapes_counts_them(capsys: pytest.CaptureFixture[st
 # -- 2. import results: an export round trip keeps the ids -------------------------------------
 
 def _exported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
-    folder = _samples(tmp_path / "d", GOOD)
-    store = tmp_path / "a.duckdb"
-    assert cli_in_process(capsys, "import", "ett-samples", str(folder), "--store",
-                          str(store))[0] == 0
+    store = _imported(capsys, tmp_path)
     out = tmp_path / "a.csv"
     assert cli_in_process(capsys, "results", "--store", str(store), "--out", str(out))[0] == 0
     return out

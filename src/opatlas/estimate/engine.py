@@ -365,7 +365,18 @@ def _measured_for(cluster: Any, folder: Any) -> Measured:
     return measured
 
 
-def _coll(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int, gpn: int) -> float:
+def group_stride(p: ParallelConfig, category: str, name: str) -> int:
+    """How many ranks apart the members of one group of a collective row sit (ranks are
+    numbered tp fastest, then dp, then pp): neighbouring pipeline stages' p2p tp·dp, the
+    expert-parallel all-to-all tp, a tensor-parallel group (and its pipeline scatter/gather)
+    1. Data-parallel groups carry their own (:func:`dp_groups`)."""
+    if name == "p2p":
+        return p.tp * p.dp
+    return p.tp if category == "ep_comm" else 1
+
+
+def collective_time(comm: AlphaBeta, op: str, nbytes: float, ranks: int, stride: int,
+                    gpn: int) -> float:
     """One collective over ``ranks`` ranks spaced ``stride`` apart (ranks: tp fastest, then dp,
     then pp), with the topology-specific measured model where there is one."""
     if ranks <= 1:
@@ -471,7 +482,7 @@ def _dp_comm(comm: AlphaBeta, c: TrainConfig, params: float, ranks: int, stride:
     buckets = max(1, math.ceil(grads / (p.bucket_mb * 2**20)))
 
     def coll(op: str, nbytes: float) -> float:
-        return buckets * _coll(comm, op, nbytes / buckets, ranks, stride, gpn)
+        return buckets * collective_time(comm, op, nbytes / buckets, ranks, stride, gpn)
 
     if p.zero == 0:
         return coll("all_reduce", grads), 0.0, buckets
@@ -487,10 +498,12 @@ def _ep_comm(comm: AlphaBeta, c: TrainConfig) -> tuple[float, float]:
     token's top-k copies, at the activations' width, over the ep ranks (spaced tp apart). A
     MoE layer runs two forward, two backward, and two more for the recomputed forward under
     full recomputation."""
-    m, p = c.model, c.parallel  # ep = 1: _coll is 0 for a group of one rank
+    m, p = c.model, c.parallel  # ep = 1: collective_time is 0 for a group of one rank
     tokens = c.training.micro_batch * m.seq_len / (p.tp if p.sequence_parallel else 1)
     nbytes = c.training.weight_bytes * tokens * m.top_k * m.hidden
-    return nbytes, _coll(comm, "all_to_all", nbytes, p.ep, p.tp, c.cluster.gpus_per_node)
+    return nbytes, collective_time(comm, "all_to_all", nbytes, p.ep,
+                                   group_stride(p, "ep_comm", "all_to_all"),
+                                   c.cluster.gpus_per_node)
 
 
 def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, comm: AlphaBeta,
@@ -501,13 +514,16 @@ def _assemble(c: TrainConfig, dev: tuple[float, list[int], float], device: Any, 
     # one layer's activations, at the training dtype's width (16 bits, 32 in fp32 training)
     act = float(c.training.weight_bytes * c.training.micro_batch * m.seq_len * m.hidden)
     per_layer_comm = 4 + (2 if p.recompute == "full" else 0)  # fwd 2, bwd 2, recomputed fwd 2
-    ar = _coll(comm, "all_reduce", act, p.tp, 1, gpn)
+    ar = collective_time(comm, "all_reduce", act, p.tp, group_stride(p, "tp_comm", "all_reduce"),
+                         gpn)
     # Megatron-LM's scatter/gather (Narayanan et al. 2021, section 4.1): each of the tp ranks
     # sends its 1/tp of the activation over its own link; without sequence parallelism (where
     # the activation is already split) the receiving ranks all-gather the pieces in the node
     p2p_bytes = act / p.tp
-    p2p = _coll(comm, "p2p", p2p_bytes, 2, p.tp * p.dp, gpn) if p.pp > 1 else 0.0
-    ag = _coll(comm, "all_gather", act, p.tp, 1, gpn)
+    p2p = collective_time(comm, "p2p", p2p_bytes, 2, group_stride(p, "p2p", "p2p"), gpn) \
+        if p.pp > 1 else 0.0
+    ag = collective_time(comm, "all_gather", act, p.tp, group_stride(p, "tp_comm", "all_gather"),
+                         gpn)
     gather = ag if p.pp > 1 and not p.sequence_parallel else 0.0
     chunks = p.virtual_stages if p.schedule == "interleaved" else 1
     a2a_bytes, a2a = _ep_comm(comm, c)

@@ -273,29 +273,27 @@ def _comm_bound_per_call(est: Any, it: Any, nbytes: float) -> float:
     estimator places its ranks: its alpha-beta time without latency, over the link those
     ranks cross (NVLink within a node; the network, per rail, once the group spans nodes, as
     a p2p between pipeline stages on different nodes does). The placement is the engine's own
-    (``engine._coll``: which ranks share a node, from the group's size and stride)."""
+    (``engine.collective_time``: which ranks share a node, from the group's size and stride)."""
     from opatlas.estimate.comm import AlphaBeta
-    from opatlas.estimate.engine import _coll
+    from opatlas.estimate.engine import collective_time
 
     cluster = est.config.cluster
     comm = AlphaBeta(cluster.model_copy(update={"intra_latency_us": 0.0,
                                                 "inter_latency_us": 0.0}))
-    return sum(_coll(comm, it.name, share * nbytes, ranks, stride, cluster.gpus_per_node)
+    return sum(collective_time(comm, it.name, share * nbytes, ranks, stride,
+                               cluster.gpus_per_node)
                for share, ranks, stride in _placements(est, it))
 
 
 def _placements(est: Any, it: Any) -> list[tuple[float, int, int]]:
-    """(share of the row's bytes, ranks, stride) of each group that moves a collective row, as
-    the engine calls ``_coll`` for it (ranks are numbered tp fastest, then dp, then pp)."""
-    p = est.config.parallel
+    """(share of the row's bytes, ranks, stride) of each group that moves a collective row,
+    as the engine places it (``engine.group_stride``; the data-parallel groups' own)."""
+    from opatlas.estimate.engine import group_stride
+
     if it.category == "dp_comm":
         return _dp_groups(est)
-    ranks = int(it.shape.get("ranks", 2))
-    if it.category == "ep_comm":
-        return [(1.0, ranks, p.tp)]
-    if it.name == "p2p":  # neighbouring pipeline stages: tp·dp ranks apart
-        return [(1.0, ranks, p.tp * p.dp)]
-    return [(1.0, ranks, 1)]  # a tensor-parallel group (its pipeline scatter/gather too)
+    stride = group_stride(est.config.parallel, it.category, it.name)
+    return [(1.0, int(it.shape.get("ranks", 2)), stride)]
 
 
 def _dp_groups(est: Any) -> list[tuple[float, int, int]]:
