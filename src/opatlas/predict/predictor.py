@@ -379,19 +379,11 @@ class Predictor:
             extra["probe"] = counts_probe(op, pass_, shapes, model)
         return extra
 
-    def _floored(self, op: str, pass_: str, times: np.ndarray, device: str | None,
-                 dtype: str | None) -> np.ndarray:
-        """``times`` no lower than the least time the data measured on the device (any op):
-        a kernel never takes 0 µs, while a model scaling its roofline base down to a tiny
-        shape, below the data's smallest, would predict nearly that. Said once per op."""
-        floored, low = self._floor(op, pass_, times, device, dtype)
-        if low:
-            self._say_floor(op, {pass_: low}, len(times), device, dtype)
-        return floored
-
     def _floor(self, op: str, pass_: str, times: np.ndarray, device: str | None,
                dtype: str | None) -> tuple[np.ndarray, int]:
-        """(``times`` floored at the device's least measured time, how many were below)."""
+        """(``times`` floored at the device's least measured time, how many were below): a
+        kernel never takes 0 µs, while a model scaling its roofline base down to a tiny shape,
+        below the data's smallest, would predict nearly that."""
         floor = self._floor_us(op, pass_, device_key(device or self.device),
                                dtype or self.dtype)
         if floor is None:
