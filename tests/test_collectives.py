@@ -7,7 +7,13 @@ import json
 import pytest
 
 from conftest import run_cli
-from opatlas.ops.collectives import bandwidths, bus_factor, run_collective, summarize_samples
+from opatlas.ops.collectives import (
+    COLLECTIVES,
+    bandwidths,
+    bus_factor,
+    run_collectives,
+    summarize_samples,
+)
 from opatlas.store import Store
 
 
@@ -33,13 +39,15 @@ def test_bandwidth_above_link_peak_is_flagged_not_trusted():
 ALL = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 
-# every collective on 2 ranks; on 4, those whose chunks depend on the world size beyond 2
-# (each launch starts 4 interpreters importing torch: ~5 s on 2 cores)
+# every collective on 2 ranks; on 4, those whose chunks depend on the world size beyond 2; the
+# ops of an nproc share one launch (each starts nproc interpreters importing torch: ~5 s)
 @pytest.mark.parametrize(("nproc", "ops"), [(2, ALL), (4, ("reduce_scatter", "all_to_all"))])
 def test_every_collective_runs_with_gloo_and_checks_its_result(nproc, ops):
-    for op in ops:
-        df = run_collective(op, [nproc * 256], nproc, repeats=3, warmup=1)
-        r = df.iloc[0]
+    assert ALL == COLLECTIVES
+    df = run_collectives({op: [nproc * 256] for op in ops}, nproc, repeats=3, warmup=1)
+    assert list(df["op"]) == list(ops) and list(df["elements"]) == [nproc * 256] * len(ops)
+    for r in df.to_dict("records"):
+        op = r["op"]
         assert r["status"] == "ok", (op, r["message"])
         assert r["world_size"] == nproc and len(r["samples_ns"]) == 3
         assert r["busbw_GBps"] == pytest.approx(

@@ -47,3 +47,18 @@ def test_predict_strict_refuses_an_empty_module(tmp_path, capsys):
                                   "mp=1,b=1,l=512,dim=1024", "--ops-module", str(empty),
                                   "--strict")
     one_error(code, err, "registers no op", str(empty))
+
+
+def test_a_module_imported_elsewhere_answers_by_its_ops(tmp_path, capsys, monkeypatch):
+    """``--ops-module os`` (imported long before, never an ops module) is said like any module
+    that registers nothing; an empty file imported twice is said both times; the built-in
+    catalog's module, imported before too, registers ops."""
+    code, _, err = cli_in_process(capsys, "ops", "--ops-module", "os", "--json")
+    assert code == 0 and "--ops-module os: registers no op" in err
+    empty = tmp_path / "empty_twice.py"
+    empty.write_text("X = 1\n")
+    assert load_ops_module(empty) is False
+    monkeypatch.chdir(tmp_path)
+    assert load_ops_module("empty_twice.py") is False  # the same file by another path
+    assert load_ops_module("opatlas.ops.basic") is True
+    assert load_ops_module("opatlas.ops") is True  # a package holding op modules

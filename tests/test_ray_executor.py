@@ -1,26 +1,33 @@
 """The Ray executor on a simulated multi-node cluster (``ray.cluster_utils.Cluster``): a head with
 no CPUs, two nodes with two fake GPUs and two fake Tenstorrent cards each; every vector once,
-one device per worker, failures recorded, node loss, driver loss, same rows as the local run.
+one device per worker, failures recorded (a vector that kills its worker too), node loss,
+driver loss, same rows as the local run; a private Ray beside a running cluster, a short sweep
+spread over every worker, Ctrl-C without waiting, a resume with nothing to run that says
+nothing.
 
 The cluster is small (80 MB object store per node, one CPU per node, no dashboard) and shared by
-the whole module; the heavy lifting is one GPU sweep that several tests read."""
+the whole module (each start costs seconds of the suite); the heavy lifting is one GPU sweep that
+several tests read."""
 
 from __future__ import annotations
 
+import _thread
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import run_cli, write_spec
 from opatlas.run import RunConfig, run_spec
-from opatlas.run.ray_executor import RayConfig, RayDispatcher, run_spec_ray
+from opatlas.run.ray_executor import RayConfig, RayDispatcher, connect, run_spec_ray
 from opatlas.run.runner import prepare_run
 from opatlas.spec import spec_from_mapping
 from opatlas.store import Store
@@ -31,6 +38,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 OBJECT_STORE = 80 * 2**20
 N_GPU_SWEEP = 240
 CRASH_AT, HANG_AT = 7, 11
+TIMEOUT_S = 1.5  # the hang costs this long, on the Ray path and on the local one
+QUIET = dict(interactive=False, log_every=10**6)
 
 
 def node_args(**resources) -> dict:
@@ -66,7 +75,7 @@ def gpu_sweep(cluster, tmp_path_factory):
     """One CPU-backend sweep on workers that each hold one fake GPU; a crash and a hang in it."""
     spec = spec_from_mapping(fault_spec(N_GPU_SWEEP, crash_at=CRASH_AT, hang_at=HANG_AT))
     path = tmp_path_factory.mktemp("gpu") / "ray.duckdb"
-    cfg = RunConfig(timeout_s=3.0, interactive=False, log_every=10**6)
+    cfg = RunConfig(timeout_s=TIMEOUT_S, **QUIET)
     with Store(path) as st:
         summary = run_spec_ray(spec, st, cfg, RayConfig(resource="GPU", chunk=16))
         df = st.results()
@@ -101,7 +110,7 @@ def test_crash_and_hang_are_recorded_on_the_ray_path(gpu_sweep):
     assert by_i.loc[CRASH_AT, "status"] == "crash"
     assert "exit code 3" in by_i.loc[CRASH_AT, "message"]
     assert by_i.loc[HANG_AT, "status"] == "timeout"
-    assert "3 s" in by_i.loc[HANG_AT, "message"]
+    assert f"{TIMEOUT_S:g} s" in by_i.loc[HANG_AT, "message"]
     assert summary.statuses == {"ok": N_GPU_SWEEP - 2, "crash": 1, "timeout": 1}
     assert sum(n.failures for n in summary.nodes.values()) == 2
 
@@ -109,7 +118,7 @@ def test_crash_and_hang_are_recorded_on_the_ray_path(gpu_sweep):
 def test_ray_and_local_runs_have_the_same_rows(gpu_sweep, tmp_path):
     spec, _, ray_df = gpu_sweep
     with Store(tmp_path / "local.duckdb") as st:
-        run_spec(spec, st, RunConfig(timeout_s=3.0, interactive=False, log_every=10**6))
+        run_spec(spec, st, RunConfig(timeout_s=TIMEOUT_S, **QUIET))
         local_df = st.results()
     cols = ["vector_id", "pass", "status", "backend", "device", "dtype", "repeats"]
 
@@ -121,18 +130,23 @@ def test_ray_and_local_runs_have_the_same_rows(gpu_sweep, tmp_path):
 
 PROBE_OP = '''
 import os
+import signal
+
 from opatlas.ops.base import Op
 from opatlas.ops.registry import register_op
 
 
 @register_op
 class DeviceProbe(Op):
-    """Fails on purpose with what the guarded process sees, so the store records it."""
+    """Fails on purpose with what the guarded process sees, so the store records it; at
+    i == KILL_AT it kills the Ray worker (the guarded process's parent) instead."""
     name = "device_probe"
     params = ("i",)
     passes = ("fwd",)
 
     def build(self, p, device):
+        if p["i"] == KILL_AT:
+            os.kill(os.getppid(), signal.SIGKILL)
         return dict(p)
 
     def prepare(self, state, pass_):
@@ -142,16 +156,18 @@ class DeviceProbe(Op):
         seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TT_VISIBLE_DEVICES")}
         raise RuntimeError(f"pid={os.getpid()} saw {seen}")
 '''
+KILL_AT, N_PROBE = 4, 24
 
 
-def test_tt_cards_one_per_worker_and_ops_module_reaches_workers(cluster, tmp_path):
+def test_tt_cards_one_per_worker_and_a_vector_that_kills_its_worker(cluster, tmp_path):
     """Through the CLI, a separate driver: a user's op file travels in the job's runtime env;
     the guarded process that runs each vector sees exactly one Tenstorrent card
-    (TT_VISIBLE_DEVICES as Ray sets it) and no GPU."""
+    (TT_VISIBLE_DEVICES as Ray sets it) and no GPU. The vector that kills its worker, each time
+    it is tried, is the only one recorded as a crash: the others of its chunk run again."""
     ops_file = tmp_path / "probe_ops_tt.py"
-    ops_file.write_text(PROBE_OP)
+    ops_file.write_text(f"KILL_AT = {KILL_AT}\n" + PROBE_OP)
     spec = write_spec(tmp_path / "probe.yml", {"op": "device_probe",
-                                               "params": {"i": list(range(24))},
+                                               "params": {"i": list(range(N_PROBE))},
                                                "repeats": 1, "warmup": 0})
     store = tmp_path / "tt.duckdb"
     out = run_cli("run", str(spec), "--store", str(store), "--ops-module", str(ops_file),
@@ -159,13 +175,15 @@ def test_tt_cards_one_per_worker_and_ops_module_reaches_workers(cluster, tmp_pat
                   "--chunk", "4", check=True).stdout
     with Store(store) as st:
         df = st.results()
-    assert len(df) == 24 and df["vector_id"].nunique() == 24
-    assert (df["status"] == "error").all()
-    seen = df["message"].str.extract(r"saw (\{.*\})")[0]
+    assert len(df) == N_PROBE and df["vector_id"].nunique() == N_PROBE
+    status = dict(zip(df["i"], df["status"], strict=True))
+    assert status == {i: "crash" if i == KILL_AT else "error" for i in range(N_PROBE)}
+    assert "died 3 times" in df.loc[df["i"] == KILL_AT, "message"].iloc[0]
+    seen = df.loc[df["i"] != KILL_AT, "message"].str.extract(r"saw (\{.*\})")[0]
     assert seen.str.fullmatch(
         r"\{'CUDA_VISIBLE_DEVICES': None, 'TT_VISIBLE_DEVICES': '[01]'\}").all(), seen.unique()
     node_rows = [line for line in out.splitlines() if "TT_VISIBLE_DEVICES=" in line]
-    assert node_rows and sum(int(line.split()[1]) for line in node_rows) == 24  # per-node summary
+    assert node_rows and sum(int(line.split()[1]) for line in node_rows) == N_PROBE - 1
     assert not any("CUDA_VISIBLE_DEVICES" in line for line in node_rows)
 
 
@@ -216,8 +234,14 @@ def test_a_removed_node_loses_nothing_and_records_nothing_twice(cluster, tmp_pat
 
 
 def test_killed_driver_resumes_from_the_store(cluster, tmp_path):
-    n = 200  # 4 workers x 200 ms per vector (2 repeats of 100 ms): >= 10 s of work
-    spec = write_spec(tmp_path / "slow.yml", fault_spec(n, sleep_ms=100))
+    """SIGKILL to the driver mid-sweep, then the same command: every vector once. The vectors
+    are slow only while a gate file exists (4 workers x 200 ms per vector: >= 10 s of work),
+    so the resume, with the gate gone, runs the rest at once: same spec, same vector ids."""
+    n = 200
+    gate = tmp_path / "slow.gate"
+    gate.touch()
+    spec = write_spec(tmp_path / "slow.yml",
+                      fault_spec(n, sleep_ms=100, sleep_while=str(gate)))
     store = tmp_path / "s.duckdb"
     args = ["run", str(spec), "--store", str(store), "--executor", "ray", "--address",
             cluster.address, "--ray-resource", "GPU", "--chunk", "4", "--log-every", "8"]
@@ -237,6 +261,7 @@ def test_killed_driver_resumes_from_the_store(cluster, tmp_path):
     with Store(store) as st:
         recorded_before = st.count()
     assert 0 < recorded_before < n
+    gate.unlink()
     out = run_cli(*args, check=True, timeout=300).stdout
     assert f"{recorded_before} already in the store" in out
     with Store(store) as st:
@@ -327,3 +352,101 @@ def test_a_call_carries_the_chunks_that_run_about_call_s():
     pace = _Pace()
     pace.update(busy_s=0.0, chunks=3)  # a backend that reports no time: capped, no division
     assert pace.chunks_per_call(0.05, 64) == 64
+
+
+class FakeRay:
+    """Records what ``ray.init`` was called with."""
+
+    def __init__(self) -> None:
+        self.kwargs: dict[str, Any] = {}
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+
+def test_without_address_ray_is_started_here_even_with_ray_address_set(monkeypatch, capsys):
+    """Ray joins RAY_ADDRESS (or a cluster already running here) when no address is given,
+    and then refuses object_store_memory with a ValueError: opatlas asks for a new one."""
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    fake = FakeRay()
+    assert connect(fake, RayConfig(object_store_mb=100)) is True
+    assert fake.kwargs["address"] == "local"
+    assert fake.kwargs["object_store_memory"] == 100 * 2**20
+    err = capsys.readouterr().err
+    assert "RAY_ADDRESS=10.0.0.1:6379 is ignored without --address" in err
+
+
+def test_cli_without_address_beside_a_running_cluster(cluster, tmp_path):
+    """The real case: a cluster runs on this machine and RAY_ADDRESS names it."""
+    spec = write_spec(tmp_path / "s.yml", fault_spec(3))
+    store = tmp_path / "s.duckdb"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ADDRESS", cluster.address)
+        proc = run_cli("run", str(spec), "--store", str(store), "--executor", "ray")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"RAY_ADDRESS={cluster.address} is ignored" in proc.stderr
+    with Store(store) as st:
+        assert st.count() == 3
+
+
+def dispatcher(store: Store, spec: dict, rcfg: RayConfig, on_result=None) -> RayDispatcher:
+    cfg = RunConfig(**QUIET)
+    plan = prepare_run(spec_from_mapping(spec), store, cfg)
+    return RayDispatcher(ray, store, plan, cfg, rcfg, on_result=on_result)
+
+
+def test_a_short_sweep_is_spread_over_every_worker(cluster, tmp_path):
+    """Two slow vectors, two workers: one each (the first worker up took both, two calls)."""
+    workers: set[tuple[str, str]] = set()
+
+    def seen(result) -> None:
+        workers.add((result.node, str(sorted(result.visible.items()))))
+
+    with Store(tmp_path / "sp.duckdb") as st:
+        d = dispatcher(st, fault_spec(2, sleep_ms=2000),
+                       RayConfig(resource="GPU", max_workers=2), on_result=seen)
+        summary = d.run()
+    assert summary.statuses == {"ok": 2}
+    assert len(workers) == 2, workers
+
+
+def test_ctrl_c_kills_busy_workers_without_waiting(cluster, tmp_path):
+    """Ctrl-C while every worker runs a 10 s vector: the driver is out in about a second, not
+    after waiting for close() queued behind those calls (up to 10 s)."""
+    interrupted: list[float] = []
+    with Store(tmp_path / "int.duckdb") as st:
+        d = dispatcher(st, fault_spec(4, sleep_ms=5000),
+                       RayConfig(resource="GPU", max_workers=2, chunk=1))
+        submit = d.submit
+
+        def submit_then_interrupt() -> None:
+            submit()
+            if d.calls and not interrupted:
+                interrupted.append(time.monotonic() + 1.0)
+                threading.Timer(1.0, _thread.interrupt_main).start()
+
+        d.submit = submit_then_interrupt  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            d.run()
+        elapsed = time.monotonic() - interrupted[0]
+        assert st.count() == 0  # nothing had finished
+    assert elapsed < 4.0, f"Ctrl-C took {elapsed:.1f} s"
+    assert not d.slots and not d.starting
+
+
+def test_a_resume_with_nothing_to_run_says_nothing_about_workers_starting(cluster, tmp_path,
+                                                                          capsys):
+    """The first worker up finds nothing to run; the other one, still starting, is waited for
+    (it could hold another device type) instead of a note asking to run the command again."""
+    spec = spec_from_mapping(fault_spec(4))
+    rcfg = RayConfig(resource="GPU", max_workers=2)
+    with Store(tmp_path / "r.duckdb") as st:
+        first = run_spec_ray(spec, st, RunConfig(**QUIET), rcfg)
+        capsys.readouterr()
+        again = run_spec_ray(spec, st, RunConfig(**QUIET), rcfg)
+    assert first.ran == 4 and again.ran == 0 and again.skipped == 4
+    assert "still starting" not in capsys.readouterr().err

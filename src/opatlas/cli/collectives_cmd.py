@@ -1,12 +1,13 @@
-"""``opatlas collectives``: measure a collective on this node with torchrun."""
+"""``opatlas collectives``: measure collectives on this node, in one torchrun launch."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -43,10 +44,22 @@ def _check_launch(backend: str, dtype: str, nproc: int) -> None:
                            f"{gpus} GPU(s) are visible")
 
 
+def _items(text: str, what: str) -> list[str]:
+    """The comma-separated items of ``text`` (``what``: the argument, for errors); an empty
+    item (``1,,2``, a trailing comma) is refused rather than guessed at. Blank: []."""
+    items = [s.strip() for s in text.split(",")]
+    if not any(items):
+        return []
+    if "" in items:
+        raise OpatlasError(f"{what} {text!r}: an empty item between commas; expected "
+                           f"comma-separated values without gaps")
+    return items
+
+
 def _sizes(sizes: str) -> list[int]:
     """``--sizes``: at least one integer, comma-separated."""
     try:
-        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+        size_list = [int(s) for s in _items(sizes, "--sizes")]
     except ValueError:
         raise OpatlasError(f"--sizes {sizes!r}: expected comma-separated integers") from None
     if not size_list:
@@ -78,12 +91,14 @@ def _held(st: Store, op: str, backend: str, device: str) -> dict[tuple[int, int,
             for r in df.to_dict("records")}
 
 
-def _not_stored(df: pd.DataFrame, held: dict[tuple[int, int, str], dict], path: Path
-                ) -> list[str]:
-    """One line per size measured now that the store kept its earlier answer for."""
+def _not_stored(df: pd.DataFrame, held: Mapping[str, dict[tuple[int, int, str], dict]],
+                path: Path) -> list[str]:
+    """One line per (op, size) measured now that the store kept its earlier answer for;
+    ``held``: :func:`_held` by op."""
     lines = []
     for r in df.to_dict("records"):
-        old = held.get((int(r["elements"]), int(r["world_size"]), str(r["dtype"])))
+        old = held.get(r["op"], {}).get((int(r["elements"]), int(r["world_size"]),
+                                         str(r["dtype"])))
         if old is None:
             continue
         was = old["status"] + (f", {old['median_ns'] / 1e3:.1f} µs"
@@ -115,21 +130,57 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _planned(op: str, sizes: str, nproc: int, backend: str, dtype: str) -> list[int]:
-    """The sizes to measure (said where they differ from ``--sizes``), each checked against
-    memory before any rank is launched."""
-    from opatlas.ops.collectives import bus_factor, check_memory, plan_sizes
+def _ops(text: str) -> list[str]:
+    """The OP argument: comma-separated collectives, ``all`` for every one; a repeated one
+    is measured once (said)."""
+    from opatlas.ops.collectives import COLLECTIVES
 
-    bus_factor(op, nproc)  # an unknown collective is refused first
-    planned, notes = plan_sizes(op, _sizes(sizes), nproc)
-    for note in notes:
+    names = _items(text, "OP")
+    expanded = [op for n in names for op in (COLLECTIVES if n == "all" else (n,))]
+    valid = f"expected comma-separated names out of {', '.join(COLLECTIVES)}, or all"
+    if not expanded:
+        raise OpatlasError(f"OP {text!r}: no collective given; {valid}")
+    if unknown := [n for n in dict.fromkeys(expanded) if n not in COLLECTIVES]:
+        raise OpatlasError(f"unknown collective{'s' * (len(unknown) > 1)} "
+                           f"{', '.join(map(repr, unknown))}; {valid}")
+    ops = list(dict.fromkeys(expanded))
+    for op in ops:
+        if expanded.count(op) > 1:
+            typer.echo(f"opatlas: {op} is on the list already; measured once", err=True)
+    return ops
+
+
+def _planned(ops: str, sizes: str, nproc: int, backend: str, dtype: str) -> dict[str, list[int]]:
+    """The sizes to measure for each op (said where they differ from ``--sizes``), each
+    checked against memory before any rank is launched."""
+    from opatlas.ops.collectives import check_memory, plan_sizes
+
+    op_list, size_list = _ops(ops), _sizes(sizes)
+    plan: dict[str, list[int]] = {}
+    notes: list[str] = []
+    for op in op_list:
+        plan[op], op_notes = plan_sizes(op, size_list, nproc)
+        notes += op_notes
+    for note in dict.fromkeys(notes):  # a repeated size's note is the same for every op
         typer.echo(f"opatlas: {note}", err=True)
-    check_memory(op, planned, nproc, dtype, backend)
+    for op, planned in plan.items():
+        check_memory(op, planned, nproc, dtype, backend)
     if backend == "gloo" and nproc > (cores := _usable_cores()):
         typer.echo(f"opatlas: warning: --nproc {nproc} gloo ranks on {cores} CPU cores: ranks "
                    f"share cores, so the times measure the oversubscription, not the "
                    f"collective", err=True)
-    return planned
+    return plan
+
+
+def _run(plan: Mapping[str, Sequence[int]], nproc: int, **options: Any) -> pd.DataFrame:
+    """Every op of ``plan`` in one torchrun launch: ``run_collective`` for one op (the entry
+    point since before ops shared a launch), else ``run_collectives``."""
+    from opatlas.ops import collectives
+
+    if len(plan) == 1:
+        ((op, sizes),) = plan.items()
+        return collectives.run_collective(op, sizes, nproc, **options)
+    return collectives.run_collectives(plan, nproc, **options)
 
 
 def _report(df: pd.DataFrame, st: Store | None, device: str, as_json: bool) -> None:
@@ -137,8 +188,8 @@ def _report(df: pd.DataFrame, st: Store | None, device: str, as_json: bool) -> N
     if st is not None and not df.empty:
         from opatlas.ops.collectives import record
 
-        r0 = df.iloc[0]
-        held = _held(st, str(r0["op"]), str(r0["backend"]), device)
+        backend = str(df.iloc[0]["backend"])
+        held = {op: _held(st, op, backend, device) for op in df["op"].unique()}
         record(st, df, device)
         for line in _not_stored(df, held, st.path):
             typer.echo(f"opatlas: {line}", err=True)
@@ -153,13 +204,15 @@ def _report(df: pd.DataFrame, st: Store | None, device: str, as_json: bool) -> N
 
 
 def collectives(
-    op: str = typer.Argument(..., help="all_reduce | all_gather | reduce_scatter | all_to_all | "
-                                       "send_recv"),
+    op: str = typer.Argument(..., metavar="OP",
+                             help="Comma-separated collectives out of all_reduce, all_gather, "
+                                  "reduce_scatter, all_to_all, send_recv; or all (every one, "
+                                  "in that order). They are measured in ONE torchrun launch."),
     nproc: int = typer.Option(2, "--nproc", min=2, help="Ranks (processes) on this node."),
     sizes: str = typer.Option("1048576", "--sizes",
-                              help="Total elements, comma-separated. all_gather, "
-                                   "reduce_scatter and all_to_all round each down to a "
-                                   "multiple of --nproc (said on stderr)."),
+                              help="Total elements, comma-separated, for every OP. "
+                                   "all_gather, reduce_scatter and all_to_all round each down "
+                                   "to a multiple of --nproc (said on stderr)."),
     backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp64, fp16 or bf16."),
     repeats: int = typer.Option(10, "--repeats", min=1,
@@ -168,7 +221,7 @@ def collectives(
                                                 help="Flag bus bandwidths above this (GB/s, "
                                                      "the link's peak) as invalid."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, metavar="SECONDS",
-                                  help="Stop every rank after this long (all sizes "
+                                  help="Stop every rank after this long (every OP and size "
                                        "together); the sizes measured by then are kept."),
     store: Path | None = typer.Option(
         None, "--store", help="Also record the results here. A size it holds already keeps "
@@ -176,32 +229,37 @@ def collectives(
                               "is replaced."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Time a collective on every rank; record the slowest rank; report algbw and busbw.
+    """Time collectives on every rank; record the slowest rank; report algbw and busbw.
 
-    A failing size stops the run: the sizes measured before it are printed and stored.
+    Several OPs (a comma list, or all) are measured in one torchrun launch.
+
+    A failing size stops the run: what was measured before it is printed and stored.
 
     Examples:
 
         opatlas collectives all_reduce --nproc 4 --sizes 1024,1048576
 
+        opatlas collectives all_reduce,all_gather --nproc 4 --sizes 1024,1048576
+
+        opatlas collectives all --nproc 4
+
         opatlas collectives all_gather --nproc 8 --backend nccl --dtype bf16 --link-peak-gbps 450
     """
     _check_launch(backend, dtype, nproc)
-    size_list = _planned(op, sizes, nproc, backend, dtype)
-    from opatlas.ops.collectives import CollectiveFailed, CollectiveInterrupted, run_collective
+    plan = _planned(op, sizes, nproc, backend, dtype)
+    from opatlas.ops.collectives import CollectiveFailed, CollectiveInterrupted, measured_sizes
 
     with _store(store) as st:  # a bad store fails here, before anything is measured
         device = _device(backend) if st is not None else backend
         try:
-            df = run_collective(op, size_list, nproc, backend=backend, dtype=dtype,
-                                repeats=repeats, link_peak_gbps=link_peak_gbps,
-                                timeout_s=timeout)
+            df = _run(plan, nproc, backend=backend, dtype=dtype, repeats=repeats,
+                      link_peak_gbps=link_peak_gbps, timeout_s=timeout)
         except CollectiveFailed as exc:
             _report(exc.partial, st, device, as_json)
             raise
         except CollectiveInterrupted as exc:  # typer turns a KeyboardInterrupt into a silent 130
             _report(exc.partial, st, device, as_json)
-            kept = (f"; the sizes measured before ({', '.join(map(str, exc.partial['elements']))})"
+            kept = (f"; the sizes measured before ({measured_sizes(exc.partial, len(plan) > 1)})"
                     f" are kept" if not exc.partial.empty else "")
             typer.echo(f"opatlas: interrupted; every rank was stopped{kept}", err=True)
             raise typer.Exit(130) from None

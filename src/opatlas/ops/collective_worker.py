@@ -16,7 +16,9 @@ import torch.distributed as dist
 from opatlas.ops.base import dtype_bytes
 from opatlas.ops.torchutil import torch_dtype
 
-SAMPLES = "samples.jsonl"  # in --out: one JSON line per size measured, written as it ends
+SAMPLES = "samples.jsonl"  # in --out: one JSON line per (op, size) measured, written as it ends
+# collectives.COLLECTIVES, repeated so that a rank need not import pandas with that module
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 
 def _setup(op: str, n: int, rank: int, world: int, dt: Any, device: str
@@ -61,19 +63,41 @@ def _setup(op: str, n: int, rank: int, world: int, dt: Any, device: str
     raise ValueError(f"unknown collective {op!r}")
 
 
+def _size_list(text: str) -> list[int]:
+    """One ``--sizes``: comma-separated element counts, each > 0."""
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
+    if any(n <= 0 for n in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: a size is a count of elements, > 0")
+    return sizes
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
+    """The options; ``plan`` pairs the i-th ``--op`` with the i-th ``--sizes``
+    (``--op all_reduce --sizes 1024,4096 --op all_gather --sizes 1024``), measured in order."""
     ap = argparse.ArgumentParser()
-    for flag in ("--op", "--sizes", "--backend", "--dtype", "--out"):
+    ap.add_argument("--op", action="append", required=True, choices=OPS)
+    ap.add_argument("--sizes", action="append", required=True, type=_size_list)
+    for flag in ("--backend", "--dtype", "--out"):
         ap.add_argument(flag, required=True)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if len(args.op) != len(args.sizes):
+        ap.error(f"{len(args.op)} --op but {len(args.sizes)} --sizes: give one --sizes after "
+                 f"each --op")
+    args.plan = list(zip(args.op, args.sizes, strict=True))
+    return args
 
 
-def _measure(args: argparse.Namespace, n: int, rank: int, world: int, device: str) -> dict:
-    """One size: checked once, warmed up, then timed ``repeats`` times on every rank."""
+def _measure(args: argparse.Namespace, op: str, n: int, rank: int, world: int, device: str
+             ) -> dict:
+    """One size of ``op``: checked once, warmed up, then timed ``repeats`` times on every
+    rank."""
     cuda = device != "cpu"
-    run, check, reset = _setup(args.op, n, rank, world, torch_dtype(args.dtype), device)
+    run, check, reset = _setup(op, n, rank, world, torch_dtype(args.dtype), device)
     reset()
     run()
     correct = check()
@@ -95,26 +119,30 @@ def _measure(args: argparse.Namespace, n: int, rank: int, world: int, device: st
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     ok = torch.tensor([1.0 if correct else 0.0], device=device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    return {"op": args.op, "elements": n, "bytes": n * dtype_bytes(args.dtype),
+    return {"op": op, "elements": n, "bytes": n * dtype_bytes(args.dtype),
             "world_size": world, "dtype": args.dtype, "backend": args.backend,
             "samples_ns": [int(v) for v in slowest.tolist()], "correct": bool(ok.item()),
             "message": "" if ok.item() else "wrong result on some rank"}
 
 
-def _say_failure(out: Path, rank: int, n: int | None, exc: BaseException) -> None:
+def _say_failure(out: Path, rank: int, op: str | None, n: int | None, exc: BaseException
+                 ) -> None:
     """The rank's own cause, for the driver to say instead of torchrun's ChildFailedError
     (which never names it); the time tells the first failure from its echoes on other ranks."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     message = f"{type(exc).__name__}: {lines[0] if lines else exc!r}"
     (out / f"rank{rank}.error").write_text(json.dumps(
-        {"rank": rank, "elements": n, "time_ns": time.time_ns(), "message": message[:500]}))
+        {"rank": rank, "op": op, "elements": n, "time_ns": time.time_ns(),
+         "message": message[:500]}))
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Measure every size in turn; rank 0 appends each size's line to ``<out>/samples.jsonl``
-    as soon as it is measured, so a later failure keeps the sizes measured before it."""
+    """Measure every (op, size) of the plan in turn; rank 0 appends each one's line to
+    ``<out>/samples.jsonl`` as soon as it is measured, so a later failure keeps the ones
+    measured before it."""
     args = _args(argv)
     out, rank = Path(args.out), int(os.environ.get("RANK", 0))
+    op: str | None = None
     n: int | None = None
     try:
         dist.init_process_group(args.backend)
@@ -123,14 +151,15 @@ def main(argv: list[str] | None = None) -> None:
             else "cpu"
         if device != "cpu":
             torch.cuda.set_device(device)
-        for n in (int(s) for s in args.sizes.split(",")):
-            line = _measure(args, n, rank, world, device)
-            if rank == 0:
-                with open(out / SAMPLES, "a") as fh:
-                    fh.write(json.dumps(line) + "\n")
+        for op, sizes in args.plan:
+            for n in sizes:
+                line = _measure(args, op, n, rank, world, device)
+                if rank == 0:
+                    with open(out / SAMPLES, "a") as fh:
+                        fh.write(json.dumps(line) + "\n")
         dist.destroy_process_group()
     except Exception as exc:
-        _say_failure(out, rank, n, exc)
+        _say_failure(out, rank, op, n, exc)
         raise
 
 

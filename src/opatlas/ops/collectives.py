@@ -8,6 +8,9 @@ Bandwidths use nccl-tests' formulas (``doc/PERFORMANCE.md``): algbw = bytes / ti
 busbw = algbw × factor, with factor 2(n−1)/n for all_reduce, (n−1)/n for all_gather,
 reduce_scatter and all_to_all, 1 for send/recv. A bus bandwidth above the link's peak is
 physically impossible: such a sample is flagged ``invalid``, not stored as truth.
+
+Several collectives share one launch (:func:`run_collectives`): the ranks start once, then
+measure every (op, size) in turn, since starting them (each importing torch) costs seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,13 +62,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-SAMPLES = "samples.jsonl"  # collective_worker.SAMPLES: one line per size, written as it ends
+SAMPLES = "samples.jsonl"  # collective_worker.SAMPLES: a line per (op, size), written as it ends
 PER_RANK = ("all_gather", "reduce_scatter", "all_to_all")  # split evenly over the ranks
 DEFAULT_TIMEOUT_S = 600.0
 
 
 class CollectiveFailed(OpatlasError):
-    """torchrun failed or ran out of time; ``partial`` holds the sizes measured before."""
+    """torchrun failed or ran out of time; ``partial`` holds the (op, size)s measured before."""
 
     def __init__(self, message: str, partial: pd.DataFrame) -> None:
         super().__init__(message)
@@ -153,14 +156,15 @@ def check_memory(op: str, sizes: Sequence[int], nproc: int, dtype: str, backend:
                                f"({ranks}), more than the {_bytes(avail)} {what}")
 
 
-def _torchrun_cmd(op: str, sizes: Sequence[int], nproc: int, backend: str, dtype: str,
+def _torchrun_cmd(plan: Mapping[str, Sequence[int]], nproc: int, backend: str, dtype: str,
                   repeats: int, warmup: int, folder: Path) -> list[str]:
+    pairs = [arg for op, sizes in plan.items()
+             for arg in ("--op", op, "--sizes", ",".join(map(str, sizes)))]
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
             "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
             "--master-port", str(_free_port()), "-m", "opatlas.ops.collective_worker",
-            "--op", op, "--sizes", ",".join(map(str, sizes)), "--backend", backend,
-            "--dtype", dtype, "--repeats", str(repeats), "--warmup", str(warmup),
-            "--out", str(folder)]
+            *pairs, "--backend", backend, "--dtype", dtype, "--repeats", str(repeats),
+            "--warmup", str(warmup), "--out", str(folder)]
 
 
 def run_collective(op: str, sizes: Sequence[int], nproc: int, *, backend: str = "gloo",
@@ -173,34 +177,59 @@ def run_collective(op: str, sizes: Sequence[int], nproc: int, *, backend: str = 
     A failure raises :class:`CollectiveFailed` naming the first rank's own exception, a
     timeout the same, Ctrl-C :class:`CollectiveInterrupted`; each carries the sizes measured
     before it (``partial``)."""
-    bus_factor(op, max(nproc, 2))
+    return run_collectives({op: sizes}, nproc, backend=backend, dtype=dtype, repeats=repeats,
+                           warmup=warmup, link_peak_gbps=link_peak_gbps, timeout_s=timeout_s)
+
+
+def run_collectives(plan: Mapping[str, Sequence[int]], nproc: int, *, backend: str = "gloo",
+                    dtype: str = "fp32", repeats: int = 10, warmup: int = 3,
+                    link_peak_gbps: float | None = None,
+                    timeout_s: float = DEFAULT_TIMEOUT_S) -> pd.DataFrame:
+    """:func:`run_collective` for several collectives (op -> sizes), in ONE torchrun launch:
+    each op's sizes are planned and checked against memory first, then every (op, size) is
+    measured in turn, in the plan's order; ``timeout_s`` covers them all."""
+    if not plan:
+        raise OpatlasError(f"no collective given; one of {', '.join(COLLECTIVES)}")
+    for op in plan:
+        bus_factor(op, max(nproc, 2))
     if nproc < 2:
         raise OpatlasError("a collective needs at least 2 processes (--nproc)")
-    planned, _ = plan_sizes(op, sizes, nproc)
-    check_memory(op, planned, nproc, dtype, backend)
-    return measure(op, planned, nproc, backend=backend, dtype=dtype, repeats=repeats,
-                   warmup=warmup, link_peak_gbps=link_peak_gbps, timeout_s=timeout_s)
+    planned = {op: plan_sizes(op, sizes, nproc)[0] for op, sizes in plan.items()}
+    for op, sizes in planned.items():
+        check_memory(op, sizes, nproc, dtype, backend)
+    return measure_plan(planned, nproc, backend=backend, dtype=dtype, repeats=repeats,
+                        warmup=warmup, link_peak_gbps=link_peak_gbps, timeout_s=timeout_s)
 
 
 def measure(op: str, sizes: Sequence[int], nproc: int, *, backend: str, dtype: str,
             repeats: int, warmup: int, link_peak_gbps: float | None,
             timeout_s: float) -> pd.DataFrame:
     """:func:`run_collective` on sizes taken as they are (no check)."""
+    return measure_plan({op: sizes}, nproc, backend=backend, dtype=dtype, repeats=repeats,
+                        warmup=warmup, link_peak_gbps=link_peak_gbps, timeout_s=timeout_s)
+
+
+def measure_plan(plan: Mapping[str, Sequence[int]], nproc: int, *, backend: str, dtype: str,
+                 repeats: int, warmup: int, link_peak_gbps: float | None,
+                 timeout_s: float) -> pd.DataFrame:
+    """:func:`run_collectives` on sizes taken as they are (no check): one torchrun launch."""
+    what = f"torchrun {','.join(plan)} on {nproc} ranks"
+    several = len(plan) > 1
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        cmd = _torchrun_cmd(op, sizes, nproc, backend, dtype, repeats, warmup, folder)
+        cmd = _torchrun_cmd(plan, nproc, backend, dtype, repeats, warmup, folder)
         try:
             code, stderr = launch(cmd, folder, timeout_s)
         except KeyboardInterrupt:
             raise CollectiveInterrupted(_partial(folder, link_peak_gbps)) from None
         partial = _partial(folder, link_peak_gbps)
+        kept = _kept(partial, several)
         if code is None:
-            raise CollectiveFailed(f"torchrun {op} on {nproc} ranks timed out after "
-                                   f"{timeout_s:g} s (--timeout){_kept(partial)}", partial)
-        if code != 0 or len(partial) < len(sizes):
-            raise CollectiveFailed(f"torchrun {op} on {nproc} ranks failed: "
-                                   f"{failure_cause(folder, stderr, code)}{_kept(partial)}",
+            raise CollectiveFailed(f"{what} timed out after {timeout_s:g} s (--timeout){kept}",
                                    partial)
+        if code != 0 or len(partial) < sum(len(s) for s in plan.values()):
+            cause = failure_cause(folder, stderr, code, name_op=several)
+            raise CollectiveFailed(f"{what} failed: {cause}{kept}", partial)
     return partial
 
 
@@ -217,11 +246,19 @@ def _partial(folder: Path, link_peak_gbps: float | None) -> pd.DataFrame:
     return summarize_samples(rows, link_peak_gbps)
 
 
-def _kept(partial: pd.DataFrame) -> str:
+def measured_sizes(partial: pd.DataFrame, by_op: bool) -> str:
+    """The sizes in ``partial``, e.g. ``512, 4096``; ``by_op``: each after its op, e.g.
+    ``all_reduce 512, 4096; all_gather 512``."""
+    if not by_op:
+        return ", ".join(str(n) for n in partial["elements"])
+    groups = partial.groupby("op", sort=False)["elements"]
+    return "; ".join(f"{op} {', '.join(map(str, ns))}" for op, ns in groups)
+
+
+def _kept(partial: pd.DataFrame, by_op: bool) -> str:
     if partial.empty:
         return ""
-    sizes = ", ".join(str(n) for n in partial["elements"])
-    return f" (kept the sizes measured before: {sizes})"
+    return f" (kept the sizes measured before: {measured_sizes(partial, by_op)})"
 
 
 def launch(cmd: list[str], folder: Path, timeout_s: float) -> tuple[int | None, str]:
@@ -268,17 +305,19 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def failure_cause(folder: Path, stderr: str, code: int | None) -> str:
+def failure_cause(folder: Path, stderr: str, code: int | None, name_op: bool = False) -> str:
     """The first failure among the ranks, as the rank said it (``rankN.error``), else what
-    torchrun's own output says last."""
+    torchrun's own output says last; ``name_op``: say the collective that failed too (when
+    the launch ran several)."""
     errors = []
     for path in folder.glob("rank*.error"):
         with contextlib.suppress(ValueError, OSError):
             errors.append(json.loads(path.read_text()))
     if errors:
         first = min(errors, key=lambda e: e["time_ns"])
+        op = f", {first['op']}" if name_op and first.get("op") else ""
         at = f" at {first['elements']} elements" if first.get("elements") is not None else ""
-        return f"rank {first['rank']}{at}: {first['message']}"
+        return f"rank {first['rank']}{op}{at}: {first['message']}"
     if m := re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.DOTALL):
         rank, rc = m.group(1), int(m.group(2))
         how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}"

@@ -2,7 +2,9 @@
 
 ``fault`` takes an index ``i`` and, when ``i`` equals one of ``hang_at``, ``crash_at``,
 ``segfault_at``, ``raise_at``, ``oom_at``, ``invalid_at``, does that; otherwise it sleeps
-``sleep_ms`` and returns. It is hidden from ``opatlas ops`` listings.
+``sleep_ms`` (only while the file ``sleep_while`` exists, when one is named) and returns. The
+file lets a test slow a sweep down, kill it, then resume the very same vectors at full speed.
+It is hidden from ``opatlas ops`` listings.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class Fault(Op):
     name = "fault"
     params = ("i",)
     defaults = {"hang_at": -1, "crash_at": -1, "segfault_at": -1, "raise_at": -1,
-                "oom_at": -1, "invalid_at": -1, "sleep_ms": 0}
+                "oom_at": -1, "invalid_at": -1, "sleep_ms": 0, "sleep_while": ""}
     passes = ("fwd",)
 
     def build(self, p: Mapping[str, Any], device: str) -> Any:
@@ -47,5 +49,6 @@ class Fault(Op):
             raise MemoryError(f"deliberate out-of-memory at i={i}")
         if i == state["invalid_at"]:
             raise InvalidShape(f"deliberately invalid shape at i={i}")
-        if state["sleep_ms"]:
+        if state["sleep_ms"] and (not state["sleep_while"]
+                                  or os.path.exists(state["sleep_while"])):
             time.sleep(state["sleep_ms"] / 1000.0)

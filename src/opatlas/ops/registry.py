@@ -172,14 +172,34 @@ def list_ops(include_aliases: bool = False) -> list[str]:
     return sorted(names)
 
 
+_LOADED: dict[str, bool] = {}  # what load_ops_module answered for each module it imported
+
+
 def load_ops_module(path: str | Path) -> bool:
     """Import a user's module (a file path or a dotted name) so that its ops register; False
-    when a first import registered no op or alias (a module imported before: True)."""
+    when it registered no op or alias. A module imported before answers as it did then; one
+    that something else imported (``os``, a library) answers by the ops its classes define."""
     _load_builtins()  # a user module's clash check loads them anyway: keep them out of the count
     before = ({n: id(o) for n, o in _OPS.items()}, dict(_ALIASES))
+    key = _module_name(path)
     if not _import_ops_module(path):
-        return True
-    return before != ({n: id(o) for n, o in _OPS.items()}, dict(_ALIASES))
+        return _LOADED.get(key, _defines_ops(key))
+    _LOADED[key] = before != ({n: id(o) for n, o in _OPS.items()}, dict(_ALIASES))
+    return _LOADED[key]
+
+
+def _module_name(path: str | Path) -> str:
+    """The name ``path`` is imported under: a file's is derived from its resolved path."""
+    p = Path(path)
+    if p.suffix == ".py" or p.exists():
+        return f"{USER_MODULE}{abs(hash(str(p.resolve())))}"
+    return str(path)
+
+
+def _defines_ops(module: str) -> bool:
+    """Whether a registered op's class comes from ``module`` or a module inside it."""
+    return any(type(op).__module__ == module or type(op).__module__.startswith(module + ".")
+               for op in _OPS.values())
 
 
 def _import_ops_module(path: str | Path) -> bool:
@@ -188,7 +208,7 @@ def _import_ops_module(path: str | Path) -> bool:
     if p.suffix == ".py" or p.exists():
         if not p.is_file():
             raise OpatlasError(f"--ops-module {path}: no such file")
-        mod_name = f"{USER_MODULE}{abs(hash(str(p.resolve())))}"
+        mod_name = _module_name(p)
         if mod_name in sys.modules:
             return False
         spec = importlib.util.spec_from_file_location(mod_name, p)
