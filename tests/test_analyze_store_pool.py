@@ -66,7 +66,8 @@ def test_one_buffer_sizes_least_traffic_is_the_frontiers_there():
         space = TilingSpace.of(einsum)
         sizes = [1, 2, f.buffer[0] - 1, *f.buffer, f.buffer[-1] * 4,
                  *((f.buffer[:-1] + f.buffer[1:]) // 2)]
-        for words in sizes:
+        # the large GEMM's 125 sizes take 5 s: a third of them, its ends kept, span it
+        for words in sizes if len(sizes) < 100 else sizes[:3] + sizes[3::3] + sizes[-1:]:
             assert least_accesses(space, float(words), chunk=97) == f.lookup(float(words))
     assert least_accesses(TilingSpace.of(gemm(8, 8, 8, 2)), 2.0) is None
 

@@ -34,7 +34,7 @@ def test_every_failure_kind_is_recorded_and_the_sweep_goes_on(tmp_path):
                   "invalid_at": 8},
         "repeats": 3, "warmup": 1})
     with Store(tmp_path / "s.duckdb") as st:
-        summary = run_spec(spec, st, RunConfig(timeout_s=3.0, interactive=False))
+        summary = run_spec(spec, st, RunConfig(timeout_s=1.5, interactive=False))
         df = st.results().sort_values("i")
     assert summary.ran == 9
     assert list(df["status"]) == ["ok", "error", "ok", "crash", "ok", "timeout", "crash",
@@ -43,7 +43,7 @@ def test_every_failure_kind_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert "deliberate failure" in msgs[1]
     assert "exit code 3" in msgs[3]
     assert "SIGSEGV" in msgs[6]
-    assert "3 s" in msgs[5]
+    assert "1.5 s" in msgs[5]
     ok = df[df["status"] == "ok"]
     assert (ok["repeats"] == 3).all() and ok["median_ns"].notna().all()
     assert df[df["status"] != "ok"]["median_ns"].isna().all()
@@ -117,10 +117,14 @@ def test_cpu_threads_option_pins_the_measuring_process_and_is_recorded(tmp_path)
 
 
 def test_kill_minus_9_then_resume_records_every_vector_exactly_once(tmp_path):
+    """The vectors are slow (25 ms) only while the gate file exists: the resume, with the same
+    spec and vector ids, runs the rest at once."""
     n = 150
+    gate = tmp_path / "slow.gate"
+    gate.touch()
     spec = write_spec(tmp_path / "slow.yml", {
-        "op": "fault", "params": {"i": list(range(n))}, "fixed": {"sleep_ms": 25},
-        "repeats": 1, "warmup": 0})
+        "op": "fault", "params": {"i": list(range(n))},
+        "fixed": {"sleep_ms": 25, "sleep_while": str(gate)}, "repeats": 1, "warmup": 0})
     store = tmp_path / "s.duckdb"
     cmd = [sys.executable, "-m", "opatlas", "run", str(spec), "--store", str(store),
            "--log-every", "10"]
@@ -138,6 +142,7 @@ def test_kill_minus_9_then_resume_records_every_vector_exactly_once(tmp_path):
     with Store(store) as st:
         recorded_before = st.count()
     assert 0 < recorded_before < n
+    gate.unlink()
     out = run_cli("run", str(spec), "--store", str(store), check=True).stdout
     assert f"{recorded_before} already in the store" in out
     with Store(store) as st:

@@ -35,7 +35,7 @@ def fault_spec(n: int = N) -> dict:
 
 
 def quiet() -> RunConfig:
-    return RunConfig(timeout_s=3.0, interactive=False, log_every=10**6)
+    return RunConfig(timeout_s=1.5, interactive=False, log_every=10**6)
 
 
 def rows(df) -> list[tuple]:

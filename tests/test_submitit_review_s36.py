@@ -30,7 +30,7 @@ SPEC = {"name": "s36", "op": "fault", "params": {"i": [0, 1, 2, 3]}, "repeats": 
 
 
 def quiet() -> RunConfig:
-    return RunConfig(timeout_s=3.0, interactive=False, log_every=10**6)
+    return RunConfig(timeout_s=1.5, interactive=False, log_every=10**6)
 
 
 def refused(capsys, tmp_path: Path, *opts: str) -> str:
