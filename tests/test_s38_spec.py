@@ -101,3 +101,11 @@ def test_runner_names_the_passes_asked_for_not_the_configs_none():
     with pytest.raises(OpatlasError, match=r"none of the passes \['step'\]; it has "
                                            r"\['fwd', 'bwd'\]"):
         measurement(spec, RunConfig())
+
+
+def test_a_run_config_asking_for_a_pass_the_op_lacks_is_refused_not_narrowed():
+    spec = spec_from_mapping(_spec(), file="s.yml")
+    with pytest.raises(OpatlasError, match=r"op 'linear' has no pass 'bwdd' of the passes "
+                                           r"\['fwd', 'bwdd'\]; it has \['fwd', 'bwd'\]"):
+        measurement(spec, RunConfig(passes=["fwd", "bwdd"]))
+    assert measurement(spec, RunConfig(passes=["bwd"])).passes == ("bwd",)

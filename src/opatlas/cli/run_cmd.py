@@ -170,6 +170,10 @@ def run(
     typer.echo(f"store: {store.resolve()}")
     for note in summary.notes:
         typer.echo(f"opatlas: {note}", err=True)
+    if summary.total == 0 and parts > 1:
+        typer.echo(f"opatlas: note: part {part} of {parts} holds no vector of {s.name} "
+                   f"(part k of n takes the vectors k, k+n, k+2n, ...: a sweep of fewer "
+                   f"vectors than parts leaves parts empty); nothing was run", err=True)
     if summary.failed_tasks:
         typer.echo(f"opatlas: {', '.join(summary.failed_tasks)} failed; "
                    f"{counted(summary.not_run, 'vector')} not run: run the same command again "

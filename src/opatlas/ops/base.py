@@ -25,10 +25,13 @@ def dtype_bytes(dtype: str) -> int:
 
 
 def I(x: Any) -> Any:  # noqa: E743 - short on purpose: used in every formula
-    """An integer for a scalar, an int64 array for an array: formulas work on both, so the
-    catalog's counts and features evaluate a whole batch of shapes at once."""
+    """An integer for a scalar (exact at any size), a float64 array for an array: formulas
+    work on both, so the catalog's counts and features evaluate a whole batch of shapes at
+    once. Not int64: a count multiplies several parameters, and int64 wraps around silently
+    past 9.2e18 (dim=2**62 gave a negative FLOP count, then a 6 µs "prediction"); float64 is
+    exact up to 2**53, rounds by one part in 10**16 beyond, and never wraps."""
     if isinstance(x, np.ndarray):
-        return x.astype(np.int64)
+        return x.astype(np.float64)
     return int(x)
 
 

@@ -153,6 +153,9 @@ def measurement(spec: SweepSpec, cfg: RunConfig) -> Measurement:
     if not passes:
         raise OpatlasError(f"op {op.name!r} has none of the passes {asked}; "
                            f"it has {list(op.passes)}")
+    if lacking := [p for p in asked if p not in op.passes]:  # never measured less, silently
+        raise OpatlasError(f"op {op.name!r} has no pass {', '.join(map(repr, lacking))} of "
+                           f"the passes {asked}; it has {list(op.passes)}")
     return Measurement(tuple(passes), spec.repeats if cfg.repeats is None else cfg.repeats,
                        spec.warmup if cfg.warmup is None else cfg.warmup, cfg.timeout_s)
 

@@ -1,0 +1,48 @@
+"""Session 39: what a user meets at the edges of the run and model commands."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import cli_in_process, write_spec
+from opatlas.store import Store
+
+
+def test_an_empty_part_of_a_job_array_is_said_and_exits_0(tmp_path, capsys):
+    """A job array of more tasks than vectors: the empty tasks succeed, and say why nothing
+    ran; a part that holds vectors says nothing of the kind."""
+    spec = write_spec(tmp_path / "f.yml", {"op": "fault", "params": {"i": [0, 1, 2]},
+                                           "repeats": 1, "warmup": 0, "dtype": "fp32"})
+    store = tmp_path / "p.duckdb"
+    code, out, err = cli_in_process(capsys, "run", str(spec), "--parts", "100", "--part", "99",
+                                    "--store", str(store))
+    assert code == 0, err
+    assert "f: 0 vectors" in out
+    assert "part 99 of 100 holds no vector of f" in err and "nothing was run" in err
+    with Store(store, read_only=True) as st:
+        assert st.count() == 0
+
+
+def test_counts_of_huge_shapes_never_wrap_around():
+    """A table of shapes is counted with arrays; int64 wrapped past 9.2e18 (dim=2**62 gave a
+    negative FLOP count and a floored 6 µs prediction). Each row must equal the count of its
+    shape alone (Python numbers, which never wrap), to float64's precision."""
+    import numpy as np
+
+    from opatlas.ops import get_op
+    from opatlas.ops.batch import count_columns
+
+    op, fixed = get_op("linear1")
+    dims = [4096, 2**31 + 1, 2**62]
+    table = {"mp": np.array([1, 2, 1]), "b": np.array([4, 1, 1]), "l": np.array([2048, 8, 2048]),
+             "dim": np.array(dims)}
+    cols = count_columns("linear1", table)
+    for i in range(len(dims)):
+        shape = {**op.defaults, **fixed, "dtype": "fp32",
+                 **{k: int(v[i]) for k, v in table.items()}}
+        exact = op.flops(shape)["fwd"]
+        assert exact > 0
+        assert cols["flops_fwd"][i] == pytest.approx(exact, rel=1e-12)
+        assert cols["bytes_fwd"][i] == pytest.approx(op.min_bytes(shape)["fwd"], rel=1e-12)
+    assert cols["flops_fwd"][0] == op.flops({**op.defaults, **fixed, "dtype": "fp32", "mp": 1,
+                                             "b": 4, "l": 2048, "dim": 4096})["fwd"]  # exact
