@@ -46,3 +46,22 @@ def test_counts_of_huge_shapes_never_wrap_around():
         assert cols["bytes_fwd"][i] == pytest.approx(op.min_bytes(shape)["fwd"], rel=1e-12)
     assert cols["flops_fwd"][0] == op.flops({**op.defaults, **fixed, "dtype": "fp32", "mp": 1,
                                              "b": 4, "l": 2048, "dim": 4096})["fwd"]  # exact
+
+
+def test_results_to_standard_output_say_so_on_stderr(tmp_path, capsys):
+    """``--out -`` puts the data alone on stdout; stderr names standard output, not "-"."""
+    from opatlas.store import ResultRow
+    from opatlas.sweep import params_json, vector_id
+
+    store = tmp_path / "r.duckdb"
+    with Store(store) as st:
+        st.add_results([ResultRow(vector_id=vector_id("noop", {"i": 0}), op="noop",
+                                  params_json=params_json({"i": 0}), pass_="fwd",
+                                  backend="cpu", device="cpu0", dtype="fp32", status="ok",
+                                  repeats=1, median_ns=5.0)])
+    for fmt, said in (("csv", "wrote to standard output"),
+                      ("table", "wrote a table of 1 rows to standard output")):
+        code, out, err = cli_in_process(capsys, "results", "--store", str(store), "--format",
+                                        fmt, "--out", "-")
+        assert code == 0, err
+        assert err.strip() == said and "noop" in out and "wrote" not in out

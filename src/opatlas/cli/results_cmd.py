@@ -79,7 +79,7 @@ def results(
         from opatlas.atomic import write_output
 
         write_output(path, lambda tmp: df.to_parquet(tmp, index=False))
-        _wrote(f"wrote {len(df)} rows to {path}", path)
+        _wrote(f"wrote {len(df)} rows to {_shown(path)}", path)
 
 
 TABLE_ROWS = 50  # what --format table shows when no --limit is given
@@ -317,7 +317,12 @@ def _emit(text: str, out: Path | None) -> None:
         from opatlas.atomic import write_output
 
         write_output(out, lambda tmp: tmp.write_text(text))
-        _wrote(f"wrote {out}", out)
+        _wrote(f"wrote {out}" if str(out) != "-" else "wrote to standard output", out)
+
+
+def _shown(out: Path) -> str:
+    """``out`` as the user should read it: ``-`` is standard output."""
+    return "standard output" if str(out) == "-" else str(out)
 
 
 def _wrote(message: str, out: Path) -> None:
@@ -388,7 +393,7 @@ def _print_table(df: pd.DataFrame, out: Path | None, total: int,
             print_wide(_rich_table(title, header, rows), file=fh)
 
     write_output(out, write)
-    _wrote(f"wrote a table of {len(rows)} rows to {out}", out)
+    _wrote(f"wrote a table of {len(rows)} rows to {_shown(out)}", out)
 
 
 def _table_rows(df: pd.DataFrame, varying: list[str]) -> list[list[str]]:
