@@ -65,3 +65,23 @@ def test_results_to_standard_output_say_so_on_stderr(tmp_path, capsys):
                                         fmt, "--out", "-")
         assert code == 0, err
         assert err.strip() == said and "noop" in out and "wrote" not in out
+
+
+def test_counts_no_op_can_have_are_recorded_as_unknown_and_said_once(monkeypatch):
+    """A user op's formula gone wrong (negative, NaN, infinite) must not be stored as a FLOP
+    count (a GFLOP/s that means nothing): the row keeps its time, the count is unknown."""
+    import warnings
+
+    from opatlas.ops import registry
+
+    monkeypatch.setattr(registry, "_BAD_COUNTS_SAID", set())
+    counts = {"fwd": -4, "bwd": float("nan"), "step": float("inf"), "opt": 12, "zero": 0,
+              "text": "many"}
+    with pytest.warns(UserWarning) as said:
+        assert registry._real_counts("probe_s39", "flops", counts) == {"opt": 12, "zero": 0}
+    assert len(said) == 4 and "probe_s39 fwd: its flops() gave -4, which is no count" in str(
+        said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per (op, pass, kind)
+        registry._real_counts("probe_s39", "flops", counts)
+    assert registry.catalog_counts("linear1", {"mp": 1, "b": 1, "l": 8, "dim": 64})[0]["fwd"] > 0

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import math
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from importlib.metadata import entry_points
@@ -312,7 +314,30 @@ def catalog_counts(op_name: str, params: Mapping[str, Any]
     try:
         op, full = resolved_params(op_name, params)
         if op.invalid_reason(full) is None:
-            return op.flops(full), op.min_bytes(full)
+            return (_real_counts(op_name, "flops", op.flops(full)),
+                    _real_counts(op_name, "min_bytes", op.min_bytes(full)))
     except Exception:  # any failure to count leaves the row without counts
         pass
     return {}, {}
+
+
+_BAD_COUNTS_SAID: set[tuple[str, str, str]] = set()
+
+
+def _real_counts(op_name: str, kind: str, counts: Mapping[str, Any]) -> dict[str, Any]:
+    """``counts`` without the values no count can take (negative, NaN, infinite: a user op's
+    formula gone wrong), each (op, pass, kind) said once: the row keeps its measurement and
+    records that count as unknown, rather than a GFLOP/s that means nothing."""
+    good = {}
+    for pass_, value in counts.items():
+        try:
+            real = math.isfinite(float(value)) and float(value) >= 0
+        except (TypeError, ValueError):
+            real = False
+        if real:
+            good[pass_] = value
+        elif (key := (op_name, pass_, kind)) not in _BAD_COUNTS_SAID:
+            _BAD_COUNTS_SAID.add(key)
+            warnings.warn(f"{op_name} {pass_}: its {kind}() gave {value!r}, which is no count "
+                          f"(negative, NaN or infinite): recorded as unknown", stacklevel=2)
+    return good
