@@ -92,7 +92,7 @@ def test_a_comma_list_plans_each_op_prints_each_row_and_says_held_rows_per_op(ca
     notes = err.splitlines()
     assert notes.count("opatlas: all_reduce is on the list already; measured once") == 1, err
     assert notes.count("opatlas: --sizes 1024: 1024 elements are on the list already; "
-                       "measured once") == 1, err
+                       "measured once (all_reduce)") == 1, err  # all_gather's is 1023
     assert "opatlas: --sizes 1024: all_gather on 3 ranks measures 1023 elements (341 per rank)" \
         in notes, err
     assert not [ln for ln in notes if "already holds" in ln], err  # 1023 on 3 ranks is new
@@ -218,3 +218,35 @@ def test_an_empty_item_in_a_list_is_refused_not_skipped(capsys, fake):
     code, _, err = cli_in_process(capsys, "collectives", "all_reduce,", "--sizes", "1024")
     one_error(code, err, "OP 'all_reduce,': an empty item between commas")
     assert fake == []  # nothing launched
+
+
+def test_a_size_one_op_cannot_take_is_left_out_for_it_alone(capsys, fake):
+    """``all --nproc 3 --sizes 2,1024``: all_gather, reduce_scatter and all_to_all cannot split
+    2 elements over 3 ranks; they measure 1023 only, the others both sizes, all in one launch;
+    a note names each op left out. A repeated size's note names the ops it is about, once."""
+    code, _, err = cli_in_process(capsys, "collectives", "all", "--nproc", "3", "--sizes",
+                                  "2,1024,1024")
+    assert code == 0, err
+    per_rank = ("all_gather", "reduce_scatter", "all_to_all")
+    assert fake == [{op: [2, 1024] if op not in per_rank else [1023] for op in COLLECTIVES}]
+    for op in per_rank:
+        assert (f"--sizes 2: {op} splits the buffer over the 3 ranks (--nproc) and needs at "
+                f"least one element per rank: left out for {op}, measured for the others") in err
+    assert ("--sizes 1024: 1024 elements are on the list already; measured once "
+            "(all_reduce, send_recv)") in err
+    assert ("--sizes 1024: 1023 elements are on the list already; measured once "
+            "(all_gather, reduce_scatter, all_to_all)") in err
+    code, _, err = cli_in_process(capsys, "collectives", "all_gather,reduce_scatter", "--nproc",
+                                  "3", "--sizes", "2")
+    one_error(code, err, "--sizes 2: no size that any of all_gather, reduce_scatter can take "
+                         "on 3 ranks")
+    assert "left out" not in err
+    code, _, err = cli_in_process(capsys, "collectives", "all_gather", "--nproc", "3",
+                                  "--sizes", "2,1024")
+    one_error(code, err, "--sizes 2: all_gather splits the buffer")  # one op: refused
+    assert len(fake) == 1
+
+
+def test_the_api_refuses_an_op_without_sizes_before_launching():
+    with pytest.raises(collectives.OpatlasError, match="all_reduce: no size to measure"):
+        collectives.run_collectives({"all_reduce": [], "send_recv": [8]}, 2, repeats=1)

@@ -62,3 +62,42 @@ def test_a_module_imported_elsewhere_answers_by_its_ops(tmp_path, capsys, monkey
     assert load_ops_module("empty_twice.py") is False  # the same file by another path
     assert load_ops_module("opatlas.ops.basic") is True
     assert load_ops_module("opatlas.ops") is True  # a package holding op modules
+
+
+def test_a_module_registering_only_an_alias_imported_by_another_first(tmp_path, monkeypatch,
+                                                                      capsys):
+    """``--ops-module mya --ops-module myb`` where mya imports myb, whose one call registers
+    an alias: myb registered it (not "registers no op", not an error under --strict)."""
+    from opatlas.ops import registry
+
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
+    (tmp_path / "mya_s39.py").write_text("import myb_s39  # noqa: F401\n")
+    (tmp_path / "myb_s39.py").write_text(
+        "from opatlas.ops import register_alias\n"
+        "register_alias('linear_s39_probe', 'linear', role='qkv')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    load_ops_modules(["mya_s39", "myb_s39"], strict=True)
+    assert get_op("linear_s39_probe")[0].name == "linear"
+
+
+def test_a_package_folder_by_its_bare_name_is_imported_as_a_module(tmp_path, monkeypatch):
+    """``--ops-module mypkg`` with ``mypkg/`` (a package) in the current folder imports the
+    package, as ``python -m`` finds it, instead of "no such file"; a plain folder is refused
+    as one."""
+    from opatlas.errors import OpatlasError
+
+    pkg = tmp_path / "mypkg_s39"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from opatlas.ops import register_alias\n"
+        "register_alias('linear_s39_pkg', 'linear', role='qkv')\n")
+    (tmp_path / "plain_s39").mkdir()
+    monkeypatch.chdir(tmp_path)
+    from opatlas.ops import registry
+
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
+    assert load_ops_module("mypkg_s39") is True
+    assert get_op("linear_s39_pkg")[0].name == "linear"
+    with pytest.raises(OpatlasError, match="plain_s39: is a folder"):
+        load_ops_module("plain_s39")

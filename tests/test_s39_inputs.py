@@ -18,7 +18,8 @@ def test_an_empty_part_of_a_job_array_is_said_and_exits_0(tmp_path, capsys):
                                     "--store", str(store))
     assert code == 0, err
     assert "f: 0 vectors" in out
-    assert "part 99 of 100 holds no vector of f" in err and "nothing was run" in err
+    assert "part 99 of 100 holds no valid vector of f: part k of n takes the grid points" in err
+    assert "--where" not in err and "nothing was run" in err
     with Store(store, read_only=True) as st:
         assert st.count() == 0
 
@@ -85,3 +86,24 @@ def test_counts_no_op_can_have_are_recorded_as_unknown_and_said_once(monkeypatch
         warnings.simplefilter("error")  # said once per (op, pass, kind)
         registry._real_counts("probe_s39", "flops", counts)
     assert registry.catalog_counts("linear1", {"mp": 1, "b": 1, "l": 8, "dim": 64})[0]["fwd"] > 0
+
+
+def test_the_guarded_worker_imports_neither_the_runner_nor_pandas():
+    """Every worker start (and restart after a crash or a timeout) imports
+    ``opatlas.run.worker``; the runner, the store and pandas cost it half a second. The
+    package's exports and submodules still resolve on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport opatlas.run.worker\n"
+            "print(sorted(m for m in ('pandas', 'duckdb', 'opatlas.run.runner', "
+            "'opatlas.store.db') if m in sys.modules))\n"
+            "import opatlas.run as r\n"
+            "print(r.runner.__name__, r.RunConfig.__module__, 'run_spec' in dir(r))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["[]", "opatlas.run.runner opatlas.run.runner True"]
+    import opatlas.run
+
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        opatlas.run.nope  # noqa: B018

@@ -157,12 +157,19 @@ def _planned(ops: str, sizes: str, nproc: int, backend: str, dtype: str) -> dict
 
     op_list, size_list = _ops(ops), _sizes(sizes)
     plan: dict[str, list[int]] = {}
-    notes: list[str] = []
+    notes: dict[str, list[str]] = {}  # a note -> the ops it is about
     for op in op_list:
-        plan[op], op_notes = plan_sizes(op, size_list, nproc)
-        notes += op_notes
-    for note in dict.fromkeys(notes):  # a repeated size's note is the same for every op
-        typer.echo(f"opatlas: {note}", err=True)
+        takes = _sizes_taken(op, size_list, nproc, notes) if len(op_list) > 1 else size_list
+        plan[op], op_notes = plan_sizes(op, takes, nproc)
+        for note in op_notes:
+            notes.setdefault(note, [])
+            notes[note] += [op] if op not in notes[note] else []
+    if not (plan := {op: planned for op, planned in plan.items() if planned}):
+        raise OpatlasError(f"--sizes {sizes}: no size that any of {', '.join(op_list)} can "
+                           f"take on {nproc} ranks")
+    for note, about in notes.items():  # a repeated size's note is the same for several ops
+        named = len(op_list) > 1 and not any(op in note for op in about)
+        typer.echo(f"opatlas: {note}" + (f" ({', '.join(about)})" if named else ""), err=True)
     for op, planned in plan.items():
         check_memory(op, planned, nproc, dtype, backend)
     if backend == "gloo" and nproc > (cores := _usable_cores()):
@@ -170,6 +177,24 @@ def _planned(ops: str, sizes: str, nproc: int, backend: str, dtype: str) -> dict
                    f"share cores, so the times measure the oversubscription, not the "
                    f"collective", err=True)
     return plan
+
+
+def _sizes_taken(op: str, sizes: list[int], nproc: int, notes: dict[str, list[str]]
+                 ) -> list[int]:
+    """The sizes ``op`` can take among several ops' (``all``): one it cannot (fewer elements
+    than ranks, for the ops that split the buffer) is left out for it alone, said in
+    ``notes``, instead of refusing every op's run."""
+    from opatlas.ops.collectives import plan_sizes
+
+    taken = []
+    for n in sizes:
+        try:
+            plan_sizes(op, [n], nproc)
+        except OpatlasError as exc:
+            notes.setdefault(f"{exc}: left out for {op}, measured for the others", []).append(op)
+            continue
+        taken.append(n)
+    return taken
 
 
 def _run(plan: Mapping[str, Sequence[int]], nproc: int, **options: Any) -> pd.DataFrame:
@@ -204,7 +229,7 @@ def _report(df: pd.DataFrame, st: Store | None, device: str, as_json: bool) -> N
 
 
 def collectives(
-    op: str = typer.Argument(..., metavar="OP",
+    op: str = typer.Argument(...,
                              help="Comma-separated collectives out of all_reduce, all_gather, "
                                   "reduce_scatter, all_to_all, send_recv; or all (every one, "
                                   "in that order). They are measured in ONE torchrun launch."),

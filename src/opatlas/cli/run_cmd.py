@@ -171,9 +171,11 @@ def run(
     for note in summary.notes:
         typer.echo(f"opatlas: {note}", err=True)
     if summary.total == 0 and parts > 1:
-        typer.echo(f"opatlas: note: part {part} of {parts} holds no vector of {s.name} "
-                   f"(part k of n takes the vectors k, k+n, k+2n, ...: a sweep of fewer "
-                   f"vectors than parts leaves parts empty); nothing was run", err=True)
+        why = "a --where that selects none of them, " if where else ""
+        typer.echo(f"opatlas: note: part {part} of {parts} holds no valid vector of {s.name}: "
+                   f"part k of n takes the grid points k, k+n, k+2n, ..., so fewer points than "
+                   f"parts, {why}or points the op's rules refuse leave a part empty; nothing "
+                   f"was run", err=True)
     if summary.failed_tasks:
         typer.echo(f"opatlas: {', '.join(summary.failed_tasks)} failed; "
                    f"{counted(summary.not_run, 'vector')} not run: run the same command again "

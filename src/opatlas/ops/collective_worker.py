@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
                 if rank == 0:
                     with open(out / SAMPLES, "a") as fh:
                         fh.write(json.dumps(line) + "\n")
+        op = n = None  # a failure from here on is no (op, size)'s
         dist.destroy_process_group()
     except Exception as exc:
         _say_failure(out, rank, op, n, exc)

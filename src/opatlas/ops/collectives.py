@@ -194,6 +194,8 @@ def run_collectives(plan: Mapping[str, Sequence[int]], nproc: int, *, backend: s
         bus_factor(op, max(nproc, 2))
     if nproc < 2:
         raise OpatlasError("a collective needs at least 2 processes (--nproc)")
+    if empty := [op for op, sizes in plan.items() if not sizes]:
+        raise OpatlasError(f"{', '.join(empty)}: no size to measure")
     planned = {op: plan_sizes(op, sizes, nproc)[0] for op, sizes in plan.items()}
     for op, sizes in planned.items():
         check_memory(op, sizes, nproc, dtype, backend)

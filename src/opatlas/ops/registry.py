@@ -40,6 +40,7 @@ def register_op(cls: T) -> T:
         _load_builtins()  # first, so that a clash is seen whatever the import order
         _check_clash(cls)
     _OPS[cls.name] = cls()
+    _REGISTERED_BY.update({cls.__module__, _caller_module()})
     return cls
 
 
@@ -59,6 +60,17 @@ def _check_clash(cls: type[Op]) -> None:
 def register_alias(alias: str, op: str, **fixed: Any) -> None:
     """``alias`` runs ``op`` with ``fixed`` parameters (e.g. ett's ``linear1`` = linear/qkv)."""
     _ALIASES[alias] = (op, dict(fixed))
+    _REGISTERED_BY.add(_caller_module())
+
+
+# the modules that registered an op or alias (the op classes' own modules, and those that made
+# the call): an --ops-module imported before, by another one, answers by them
+_REGISTERED_BY: set[str] = set()
+
+
+def _caller_module() -> str:
+    """The module whose code called the register function that calls this."""
+    return str(sys._getframe(2).f_globals.get("__name__", ""))
 
 
 def _load_builtins() -> None:
@@ -180,7 +192,7 @@ _LOADED: dict[str, bool] = {}  # what load_ops_module answered for each module i
 def load_ops_module(path: str | Path) -> bool:
     """Import a user's module (a file path or a dotted name) so that its ops register; False
     when it registered no op or alias. A module imported before answers as it did then; one
-    that something else imported (``os``, a library) answers by the ops its classes define."""
+    that something else imported (``os``, a library) answers by what it registered."""
     _load_builtins()  # a user module's clash check loads them anyway: keep them out of the count
     before = ({n: id(o) for n, o in _OPS.items()}, dict(_ALIASES))
     key = _module_name(path)
@@ -190,24 +202,35 @@ def load_ops_module(path: str | Path) -> bool:
     return _LOADED[key]
 
 
+def _is_file_path(path: str | Path) -> bool:
+    """Whether ``--ops-module`` names a file (``ops.py``, ``dir/ops``), not a module: a
+    package folder given by its bare name (``mypkg``) is a module, as ``python -m`` finds it."""
+    p = Path(path)
+    if p.is_dir() and (p / "__init__.py").is_file() and str(path).isidentifier():
+        return False
+    return p.suffix == ".py" or p.exists()
+
+
 def _module_name(path: str | Path) -> str:
     """The name ``path`` is imported under: a file's is derived from its resolved path."""
     p = Path(path)
-    if p.suffix == ".py" or p.exists():
+    if _is_file_path(path):
         return f"{USER_MODULE}{abs(hash(str(p.resolve())))}"
     return str(path)
 
 
 def _defines_ops(module: str) -> bool:
-    """Whether a registered op's class comes from ``module`` or a module inside it."""
-    return any(type(op).__module__ == module or type(op).__module__.startswith(module + ".")
-               for op in _OPS.values())
+    """Whether ``module``, or a module inside it, registered an op or alias."""
+    return any(m == module or m.startswith(module + ".") for m in _REGISTERED_BY)
 
 
 def _import_ops_module(path: str | Path) -> bool:
     """Import ``path``; False when it was imported already (nothing ran)."""
     p = Path(path)
-    if p.suffix == ".py" or p.exists():
+    if _is_file_path(path):
+        if p.is_dir():
+            raise OpatlasError(f"--ops-module {path}: is a folder; give a .py file, or a "
+                               f"package by its importable name")
         if not p.is_file():
             raise OpatlasError(f"--ops-module {path}: no such file")
         mod_name = _module_name(p)

@@ -22,6 +22,16 @@ __all__ = ["NodeStats", "RunConfig", "RunSummary", "Runner", "run_spec", "summar
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"opatlas.run.{_WHERE[name]}"), name)
+    """An export, or a submodule (``opatlas.run.runner``), imported on first use."""
+    if name in _WHERE:
+        return getattr(import_module(f"opatlas.run.{_WHERE[name]}"), name)
+    try:
+        return import_module(f"opatlas.run.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"opatlas.run.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
