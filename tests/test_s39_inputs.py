@@ -107,3 +107,31 @@ def test_the_guarded_worker_imports_neither_the_runner_nor_pandas():
 
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         opatlas.run.nope  # noqa: B018
+
+
+def test_fit_threads_sets_every_large_fits_threads_and_leaves_the_models_alone(capsys,
+                                                                               tmp_path):
+    """``opatlas fit --threads N``: fits on 1,000 rows or more take N threads (small ones one),
+    the metrics are those of the default; reshard refuses it; 0 is refused."""
+    import json
+
+    from opatlas.fit import recipes
+
+    with recipes.fit_threads_as(4):
+        assert recipes.gbm_params(recipes.SMALL_FIT_ROWS)["n_jobs"] == 4
+        assert recipes.gbm_params(recipes.SMALL_FIT_ROWS - 1)["n_jobs"] == 1
+        assert recipes.gbm_params(10**6, threads=3)["n_jobs"] == 3  # a pool's own count
+    assert recipes.gbm_params(recipes.SMALL_FIT_ROWS)["n_jobs"] == 2
+    args = ("fit", "--op", "layernorm", "--no-baseline", "--json")
+    runs = []
+    for extra in ((), ("--threads", "1")):
+        code, out, err = cli_in_process(capsys, *args, *extra)
+        assert code == 0, err
+        runs.append(json.loads(out))
+    assert runs[0] == runs[1] and runs[0]
+    assert recipes.fit_threads() == 2  # the default again for the next command
+    code, _, err = cli_in_process(capsys, "fit", "--recipe", "reshard", "--threads", "2",
+                                  "--data", str(tmp_path / "x.csv"))
+    assert code == 2 and "--threads applies only to the op models" in err
+    code, _, err = cli_in_process(capsys, "fit", "--threads", "0")
+    assert code == 2 and "--threads" in err

@@ -13,6 +13,8 @@ from opatlas.errors import OpatlasError
 from opatlas.tables import TABLE_SUFFIXES
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from opatlas.predict import Predictor
 
 
@@ -49,6 +51,10 @@ def fit(
     as_json: bool = typer.Option(False, "--json", help="Print the evaluations as JSON (errors "
                                                       "as fractions: 0.0195 is the table's "
                                                       "1.95)."),
+    threads: int | None = typer.Option(None, "--threads", min=1,
+                                       help="Threads of each model's fit (default 2; fits "
+                                            "on fewer than 1,000 rows take one). The models "
+                                            "do not depend on it."),
     ops_module: list[str] | None = OpsModuleOpt,
 ) -> None:
     """Fit op runtime models and report held-out errors next to estimate-train-time's models.
@@ -75,7 +81,7 @@ def fit(
                                    "--size": size_col, "--time": time_col},
                           {"--op": op, "--dtype": dtype,
                            "--no-baseline": no_baseline or None,
-                           "--ops-module": ops_module or None})
+                           "--ops-module": ops_module or None, "--threads": threads})
     load_ops_modules(ops_module)
     _check_fit_out(out, recipe)
     if recipe == "reshard":
@@ -85,7 +91,7 @@ def fit(
         _fit_reshard(data, out, shards or 1, as_json, split, group_by or None,
                      size_col or "tiles", time_col, device)
         return
-    from opatlas.fit.evaluate import evaluate_all, held_constant_notes
+    from opatlas.fit.evaluate import evaluate_all
 
     frame = _only_device(load_op_data(data), data, device, dtype)
     ops = None
@@ -95,8 +101,20 @@ def fit(
         for note in (*said, *found):
             typer.echo(f"opatlas: note: {note}", err=True)
     check_catalogued(frame, data, ops)
-    # never empty: evaluate_all refuses a request that leaves nothing, saying why
-    evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline, progress=True)
+    from opatlas.fit.recipes import fit_threads_as
+
+    with fit_threads_as(threads):
+        # never empty: evaluate_all refuses a request that leaves nothing, saying why
+        evs = evaluate_all(frame, recipe, split, ops=ops, baseline=not no_baseline,
+                           progress=True)
+        _write_fit(evs, frame, data, recipe, out, as_json, split)
+
+
+def _write_fit(evs: list, frame: pd.DataFrame, data: str, recipe: str, out: Path | None,
+               as_json: bool, split: str) -> None:
+    """Say, write (metrics or models: ``--out``) and print what ``opatlas fit`` evaluated."""
+    from opatlas.fit.evaluate import held_constant_notes
+
     for note in held_constant_notes(frame, evs):
         typer.echo(f"opatlas: note: {note}", err=True)
     rows = [e.as_json() for e in evs]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -54,11 +56,31 @@ SMALL_FIT_ROWS = 1000
 MIN_FIT_ROWS = 10
 
 
+_fit_threads: int = GBM_PARAMS["n_jobs"]  # what `opatlas fit --threads` sets for its process
+
+
+@contextmanager
+def fit_threads_as(threads: int | None) -> Iterator[None]:
+    """Within: the threads of every fit on ``SMALL_FIT_ROWS`` rows or more (None: the default,
+    two), more on a machine with more cores; the trees do not depend on it."""
+    global _fit_threads
+    before = _fit_threads
+    _fit_threads = before if threads is None else int(threads)
+    try:
+        yield
+    finally:
+        _fit_threads = before
+
+
+def fit_threads() -> int:
+    return _fit_threads
+
+
 def gbm_params(rows: int, threads: int | None = None) -> dict:
     """``GBM_PARAMS`` with the thread count for a fit on ``rows`` rows (``threads``: the
     caller's, e.g. one per worker process of a pool)."""
     if threads is None:
-        threads = 1 if rows < SMALL_FIT_ROWS else GBM_PARAMS["n_jobs"]
+        threads = 1 if rows < SMALL_FIT_ROWS else _fit_threads
     return {**GBM_PARAMS, "n_jobs": threads}
 
 
@@ -88,13 +110,13 @@ def ett_estimator(op: str, pass_: str) -> Any:
     prop = "dur" if pass_ == "step" else pass_
     row = cfg[(cfg["Function"] == op) & (cfg["Propagation"] == prop)]
     if row.empty:
-        return RandomForestRegressor(n_estimators=100, random_state=42, n_jobs=2)
+        return RandomForestRegressor(n_estimators=100, random_state=42, n_jobs=_fit_threads)
     params = ast.literal_eval(row["Best_config"].iloc[0])
     if row["Best_model"].iloc[0] == "xgboost":
         from xgboost import XGBRegressor
 
-        return XGBRegressor(**params, random_state=42, n_jobs=2)
-    return RandomForestRegressor(**params, random_state=42, n_jobs=2)
+        return XGBRegressor(**params, random_state=42, n_jobs=_fit_threads)
+    return RandomForestRegressor(**params, random_state=42, n_jobs=_fit_threads)
 
 
 class NoCountsWarning(UserWarning):
