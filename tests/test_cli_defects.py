@@ -100,7 +100,7 @@ def test_out_dev_stdout_writes_into_a_pipe(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("vector_id,op,") and len(lines) == 3
     assert sorted(ln.split(",")[0] for ln in lines[1:]) == ["a" * 56, "b" * 56]
-    assert "wrote /dev/stdout" in proc.stderr  # said, but not into the data
+    assert "wrote 2 rows to /dev/stdout" in proc.stderr  # said, but not into the data
 
 
 # 6 ------------------------------------------------------------------------------------------

@@ -60,8 +60,8 @@ def test_results_to_standard_output_say_so_on_stderr(tmp_path, capsys):
                                   params_json=params_json({"i": 0}), pass_="fwd",
                                   backend="cpu", device="cpu0", dtype="fp32", status="ok",
                                   repeats=1, median_ns=5.0)])
-    for fmt, said in (("csv", "wrote to standard output"),
-                      ("table", "wrote a table of 1 rows to standard output")):
+    for fmt, said in (("csv", "wrote 1 row to standard output"),
+                      ("table", "wrote a table of 1 row to standard output")):
         code, out, err = cli_in_process(capsys, "results", "--store", str(store), "--format",
                                         fmt, "--out", "-")
         assert code == 0, err

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from opatlas.cli.common import OpsModuleOpt, StoreOpt, load_ops_modules
+from opatlas.console import counted
 from opatlas.errors import OpatlasError
 from opatlas.tables import PARQUET_SUFFIXES
 
@@ -72,14 +73,14 @@ def results(
     if fmt == "table":
         _print_table(df, path, total, varying)
     elif fmt == "csv":
-        _emit(df.to_csv(index=False), path)
+        _emit(df.to_csv(index=False), path, len(df))
     elif fmt == "json":
-        _emit(json_records(df), path)
+        _emit(json_records(df), path, len(df))
     else:
         from opatlas.atomic import write_output
 
         write_output(path, lambda tmp: df.to_parquet(tmp, index=False))
-        _wrote(f"wrote {len(df)} rows to {_shown(path)}", path)
+        _wrote(f"wrote {counted(len(df), 'row')} to {_shown(path)}", path)
 
 
 TABLE_ROWS = 50  # what --format table shows when no --limit is given
@@ -310,14 +311,15 @@ def _json_value(value: object) -> object:
     return value
 
 
-def _emit(text: str, out: Path | None) -> None:
+def _emit(text: str, out: Path | None, rows: int) -> None:
+    """``text`` (``rows`` rows) on stdout, or written to ``out`` and said."""
     if out is None:
         typer.echo(text, nl=not text.endswith("\n"))  # CSV ends with its own newline
     else:
         from opatlas.atomic import write_output
 
         write_output(out, lambda tmp: tmp.write_text(text))
-        _wrote(f"wrote {out}" if str(out) != "-" else "wrote to standard output", out)
+        _wrote(f"wrote {counted(rows, 'row')} to {_shown(out)}", out)
 
 
 def _shown(out: Path) -> str:
@@ -393,7 +395,7 @@ def _print_table(df: pd.DataFrame, out: Path | None, total: int,
             print_wide(_rich_table(title, header, rows), file=fh)
 
     write_output(out, write)
-    _wrote(f"wrote a table of {len(rows)} rows to {_shown(out)}", out)
+    _wrote(f"wrote a table of {counted(len(rows), 'row')} to {_shown(out)}", out)
 
 
 def _table_rows(df: pd.DataFrame, varying: list[str]) -> list[list[str]]:
