@@ -135,3 +135,19 @@ def test_fit_threads_sets_every_large_fits_threads_and_leaves_the_models_alone(c
     assert code == 2 and "--threads applies only to the op models" in err
     code, _, err = cli_in_process(capsys, "fit", "--threads", "0")
     assert code == 2 and "--threads" in err
+
+
+def test_a_package_folder_travels_to_ray_workers_like_a_file(tmp_path, monkeypatch):
+    """``--ops-module mypkg`` (a package in the current folder) ships in the job's runtime env
+    as a ``.py`` file does, imported on the workers by its name; an installed dotted module is
+    only named."""
+    from opatlas.run.ray_executor import shipped_ops_modules
+
+    pkg = tmp_path / "mypkg_ray39"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (tmp_path / "one_ray39.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert shipped_ops_modules(["mypkg_ray39", "one_ray39.py", "my_pkg.ops"]) == (
+        [str(pkg.resolve()), str((tmp_path / "one_ray39.py").resolve())],
+        ["mypkg_ray39", "one_ray39", "my_pkg.ops"])

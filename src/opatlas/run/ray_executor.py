@@ -127,12 +127,16 @@ def actor_resources(resource: str, count: int) -> dict[str, Any]:
 def shipped_ops_modules(ops_modules: Sequence[str]) -> tuple[list[str], list[str]]:
     """(files to ship in the runtime env's ``py_modules``, names the workers import).
 
-    A ``.py`` file travels with the job and is imported by its stem on the workers; a dotted
-    module name must be importable on every node (installed there)."""
+    A ``.py`` file travels with the job and is imported by its stem on the workers, as does a
+    package folder named by its bare name (``mypkg``, found in the current folder as ``--ops-module``
+    finds it); a dotted module name must be importable on every node (installed there)."""
     files, names = [], []
     for m in ops_modules:
         p = Path(m)
-        if p.suffix == ".py" or p.is_file():
+        if p.is_dir() and (p / "__init__.py").is_file() and str(m).isidentifier():
+            files.append(str(p.resolve()))
+            names.append(str(m))
+        elif p.suffix == ".py" or p.is_file():
             if not p.is_file():
                 raise OpatlasError(f"--ops-module {m}: no such file")
             files.append(str(p.resolve()))
