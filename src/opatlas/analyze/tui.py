@@ -71,6 +71,8 @@ def styled(value: Any, col: Column | None, full: bool = True) -> Text:
 MOVE_KEYS: list[Binding] = [
     Binding("n", "group(1)", "next"), Binding("p", "group(-1)", "previous"),
     Binding("j", "move(1)", "down", show=False), Binding("k", "move(-1)", "up", show=False)]
+# a modal screen (detail, help) hides the app's bindings: each binds q itself, as HELP says
+QUIT = Binding("q", "app.quit", "quit")
 
 
 def move_cursor(table: DataTable, step: int) -> None:
@@ -275,7 +277,7 @@ class DetailScreen(ModalScreen):
     """One op: every figure, its position against the roofline and bounds, measured samples."""
 
     BINDINGS: ClassVar = [Binding("escape", "app.pop_screen", "back"),
-                          Binding("backspace", "app.pop_screen", "back", show=False)]
+                          Binding("backspace", "app.pop_screen", "back", show=False), QUIT]
 
     def __init__(self, row: pd.Series) -> None:
         super().__init__()
@@ -384,7 +386,7 @@ class TablesScreen(Screen):
 
 class HelpScreen(ModalScreen):
     BINDINGS: ClassVar = [Binding("escape", "app.pop_screen", "back"),
-                          Binding("h", "app.pop_screen", "back", show=False)]
+                          Binding("h", "app.pop_screen", "back", show=False), QUIT]
 
     def compose(self) -> ComposeResult:
         yield Static(HELP, id="help")

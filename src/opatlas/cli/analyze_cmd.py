@@ -86,7 +86,8 @@ def analyze(
 
         opatlas analyze -n tt_build/model_netlist.yaml -d tt_build --html buda.html
 
-        opatlas analyze ops_perf_results_2025_09_18.csv --ignore-signposts --json
+        opatlas analyze tests/data/tenstorrent/ops_perf_results_2025_09_18_11_39_20.csv \\
+            --ignore-signposts --json
     """
     from opatlas.analyze import api
 

@@ -79,6 +79,11 @@ MaxMappingsOpt = typer.Option(
          "it starts; default 500,000,000 (a minute or two). Raise it to run a bigger one.")
 
 
+def _wrote(path: Path) -> None:
+    """Say where a figure went, on stderr: ``--json`` keeps standard output to itself."""
+    typer.echo(f"wrote {path}", err=True)
+
+
 def _write_table(frame: Any, path: Path) -> None:
     """``--csv``: the table to its file, or as CSV to standard output for ``-``."""
     from opatlas.tables import write_table
@@ -110,8 +115,8 @@ def _emit(e: Einsum, as_json: bool, csv: Path | None, artifact_csv: Path | None,
 
         wb = e.word_bytes  # the plot is in bytes, as its axes say
         # drawn as the step function lookup() answers, not joined by slopes under it
-        plot_frontiers([f], plot, plot_min=True, y_end=float(f.buffer[-1]) * 10 * wb,
-                       coefficient=wb, steps=True)
+        _wrote(plot_frontiers([f], plot, plot_min=True, y_end=float(f.buffer[-1]) * 10 * wb,
+                              coefficient=wb, steps=True))
     if any(to_stdout.values()):
         return  # the table on standard output is the answer
     if at is not None:
@@ -178,16 +183,29 @@ AT_UNITS = {"buffer": "words", "accesses": "words", "buffer_bytes": "bytes",
             "accesses_bytes": "bytes", "oi": "op/B"}
 
 
+def _at_document(buffer: float, accesses: Any, word_bytes: int, **more: Any) -> dict[str, Any]:
+    """The ``--at B --json`` document: ``accesses`` is one bound (gemm and the other single
+    Einsums) or a bound by scheme (fusion); None where B is below the smallest buffer.
+    Buffer and accesses in words, then in bytes, and ``units`` naming the unit of each field
+    (of each scheme's value, for fusion)."""
+    def in_bytes(value: int | None) -> int | None:
+        return None if value is None else value * word_bytes
+
+    doc = {"buffer": buffer, "accesses": accesses, **more, "word_bytes": word_bytes,
+           "buffer_bytes": buffer * word_bytes,
+           "accesses_bytes": ({k: in_bytes(v) for k, v in accesses.items()}
+                              if isinstance(accesses, dict) else in_bytes(accesses))}
+    doc["units"] = {k: unit for k, unit in AT_UNITS.items() if k in doc}
+    return doc
+
+
 def _print_at(f: Frontier, at: float, as_json: bool) -> None:
     """``--at B``: the bound with B words on chip; the JSON says the word size and units."""
     value, wb = f.lookup(at), f.einsum.word_bytes
     buffer = int(at) if float(at).is_integer() else at
     if as_json:
-        typer.echo(json.dumps({
-            "buffer": buffer, "accesses": value,
-            "oi": None if value is None else float(f.oi(value)),
-            "word_bytes": wb, "buffer_bytes": buffer * wb,
-            "accesses_bytes": None if value is None else value * wb, "units": AT_UNITS}))
+        oi = None if value is None else float(f.oi(value))
+        typer.echo(json.dumps(_at_document(buffer, value, wb, oi=oi)))
         return
     typer.echo(f"at {buffer:,} words: " + ("below the smallest mapping's buffer"
                                            if value is None else
@@ -562,8 +580,9 @@ def fusion_cmd(layer: list[str] = typer.Option(..., "--layer", help="M,K,N of ea
         from opatlas.bounds.plots import plot_curves
 
         wb = word_bytes  # the plot's axes are in bytes
-        plot_curves([_in_bytes(c, wb) for c in curves[:-1]], plot,
-                    mins={k: v * wb for k, v in mins.items()}, best=_in_bytes(curves[-1], wb))
+        _wrote(plot_curves([_in_bytes(c, wb) for c in curves[:-1]], plot,
+                           mins={k: v * wb for k, v in mins.items()},
+                           best=_in_bytes(curves[-1], wb)))
     if str(csv) == "-":
         return  # the table on standard output is the answer
     if at is not None:
@@ -600,8 +619,7 @@ def _print_fusion_at(curves: list[Any], at: float, word_bytes: int, as_json: boo
     buffer = int(at) if float(at).is_integer() else at
     values = {c.label: c.lookup(at) for c in curves}
     if as_json:
-        typer.echo(json.dumps({"buffer": buffer, "word_bytes": word_bytes,
-                               "accesses": values}))
+        typer.echo(json.dumps(_at_document(buffer, values, word_bytes)))
         return
     size = f"{buffer:,}"
     for label, value in values.items():
@@ -808,11 +826,11 @@ def accel_cmd(arch: str = typer.Argument(..., help="Architecture YAML, or a buil
     if plot is not None:
         from opatlas.bounds.plots import plot_accel_sweep
 
-        plot_accel_sweep(sweep.frontier, sweep.points, plot, level=level,
-                         coefficient=sweep.einsum.word_bytes,  # the axes are in bytes
-                         title=f"{sweep.arch.name}: {e.name}", searched=sweep.searched,
-                         xlabel=f"on chip: {level} + the levels above it (B)"
-                         if sweep.above else None)
+        _wrote(plot_accel_sweep(sweep.frontier, sweep.points, plot, level=level,
+                                coefficient=sweep.einsum.word_bytes,  # the axes are in bytes
+                                title=f"{sweep.arch.name}: {e.name}", searched=sweep.searched,
+                                xlabel=f"on chip: {level} + the levels above it (B)"
+                                if sweep.above else None))
     if str(csv) == "-":
         return  # the mappings on standard output are the answer
     if as_json:

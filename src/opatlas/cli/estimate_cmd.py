@@ -83,10 +83,7 @@ def estimate(
             er.fallback_assumptions(cfg, [e for e, _ in ranked], notes)
             er.print_search_runs(ranked, n, oom, as_json, notes)
             if plot is not None and ranked:
-                from opatlas.estimate.plot import plot_breakdown
-
-                plot_breakdown([e for e, _ in ranked], plot,
-                               f"{cfg.model.name}: fastest runs on {gpus} GPUs")
+                _plot([e for e, _ in ranked], plot, f"{cfg.model.name}: fastest runs on {gpus} GPUs")
             return
         best, n, oom = search(cfg, gpus, top, fixed)
         er.fallback_assumptions(cfg, best, notes)
@@ -96,9 +93,7 @@ def estimate(
         else:
             _print_search(best, n, oom)
         if plot is not None and best:
-            from opatlas.estimate.plot import plot_breakdown
-
-            plot_breakdown(best, plot, f"{cfg.model.name}: best layouts of {gpus} GPUs")
+            _plot(best, plot, f"{cfg.model.name}: best layouts of {gpus} GPUs")
         return
     est = estimate_step(cfg)
     er.fallback_assumptions(cfg, [est], notes)
@@ -106,14 +101,20 @@ def estimate(
     run = er.run_of(est, tokens, steps, gpu_hour_price, input_steps) \
         if er.wants_run(tokens, steps, input_steps, gpu_hour_price) else None
     if plot is not None:
-        from opatlas.estimate.plot import plot_breakdown
-
-        plot_breakdown([est], plot)
+        _plot([est], plot)
     if as_json:
         typer.echo(json.dumps({**est.as_json(), "assumptions": notes,
                                **({"run": run.as_json()} if run else {})}))
         return
     _print_estimate(cfg, est, run, gpu_hour_price)
+
+
+def _plot(estimates: list[Any], path: Path, title: str = "") -> None:
+    """``--plot``: the breakdown figure, and where it went on stderr (``--json`` keeps
+    standard output to itself)."""
+    from opatlas.estimate.plot import plot_breakdown
+
+    typer.echo(f"wrote {plot_breakdown(estimates, path, title)}", err=True)
 
 
 def _check_fits(est: Any, strict: bool, as_json: bool) -> None:

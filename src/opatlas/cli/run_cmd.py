@@ -98,11 +98,11 @@ def run(
 
         opatlas run examples/specs/linear.yml --backend cpu --repeats 5
 
-        opatlas run flash_atten.yml --parts 4 --part 2 --store part2.duckdb
+        opatlas run examples/specs/ett_flash_atten.yml --parts 4 --part 2 --store part2.duckdb
 
-        opatlas run linear.yml --where "dim >= 4096 and mp == 2" --timeout 30
+        opatlas run examples/specs/linear.yml --where "dim >= 1024 and mp == 2" --timeout 30
 
-        opatlas run linear.yml --backend cuda --backend-opt timing=profiler
+        opatlas run examples/specs/linear.yml --backend cuda --backend-opt timing=profiler
 
         opatlas run llm-linear --backend cuda --executor ray --address auto --chunk 16
 

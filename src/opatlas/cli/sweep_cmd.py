@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from opatlas.spec import SweepSpec
 
 app = typer.Typer(help="Expand sweep specs into op vectors.", no_args_is_help=True)
+EXPORT_LOG_SECONDS = 5.0  # export-tt's log pace off a terminal
 
 
 @app.command("expand")
@@ -38,9 +40,9 @@ def expand_cmd(
 
         opatlas sweep expand examples/specs/linear.yml
 
-        opatlas sweep expand flash_atten.yml --parts 4 --part 1 --json
+        opatlas sweep expand examples/specs/ett_flash_atten.yml --parts 4 --part 1 --json
 
-        opatlas sweep expand linear.yml --where "dim >= 4096" --out vectors.parquet
+        opatlas sweep expand examples/specs/linear.yml --where "dim >= 1024" --out vectors.parquet
     """
     from opatlas.sweep import expand
     s = load(spec, ops_module)
@@ -121,12 +123,37 @@ def export_tt_cmd(
     if not result.valid:
         _refuse_empty_selection(s, where, result.invalid, 1, "nothing written")
     vectors = result.vectors
-    typer.echo(f"writing {len(vectors):,} vectors under {outdir} (--where picks fewer)",
-               err=True)
-    with Progress(len(vectors), label="export-tt") as progress:
-        files = export_tt(vectors, outdir, lambda n: progress.advance("written", n))
+    typer.echo(f"writing {len(vectors):,} vectors under {outdir}"
+               + ("" if where else " (--where picks fewer)"), err=True)
+    with Progress(len(vectors), label="export-tt", log_every=1) as progress:
+        paced = PacedAdvance(progress, "written")
+        files = export_tt(vectors, outdir, paced)
+        paced.flush()
     size = sum(f.stat().st_size for f in files)
     typer.echo(f"wrote {len(files)} files ({size / 1e6:,.1f} MB) under {outdir}")
+
+
+class PacedAdvance:
+    """Progress for work that ends in many quick steps (export-tt: a file each): on a
+    terminal each step moves the bar; otherwise steps are gathered and passed on at most every
+    ``seconds`` (each a log line), then once by :meth:`flush`, so that a log gets a line every
+    few seconds and a final one, not one per file."""
+
+    def __init__(self, progress: Any, status: str, seconds: float = EXPORT_LOG_SECONDS) -> None:
+        self.progress, self.status, self.seconds = progress, status, seconds
+        self.pending = 0
+        self.last = time.monotonic()
+
+    def __call__(self, count: int) -> None:
+        self.pending += count
+        if self.progress.interactive or time.monotonic() - self.last >= self.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.progress.advance(self.status, self.pending)
+            self.pending = 0
+        self.last = time.monotonic()
 
 
 @app.command("list")
@@ -144,8 +171,7 @@ def ops(
     as_json: bool = typer.Option(False, "--json", help="Print the catalog as JSON."),
     ops_module: list[str] | None = OpsModuleOpt,
 ) -> None:
-    """List the ops in the catalog with their parameters (dtype and its default included)
-    and passes.
+    """List the ops in the catalog with their parameters, defaults (dtype included) and passes.
 
     Examples:
 

@@ -26,8 +26,9 @@ def calibrate(
                                                 "- for standard output."),
     groups: int = typer.Option(1500, "--groups", min=10, help="Groups sampled for the fit."),
 ) -> None:
-    """Fit the simulator's NoC port and link bandwidths, read and request costs, launch time
-    and overlap to hardware measurements, and say how well it extrapolates.
+    """Fit the Wormhole simulator to hardware measurements and say how well it extrapolates.
+
+    It fits the NoC port and link bandwidths, read and request costs, launch time and overlap.
 
     Use the result with --backend-opt params=FILE (or OPATLAS_WORMHOLE_PARAMS=FILE).
 
@@ -101,8 +102,9 @@ def reblock(
                                        help="Simulator parameters (opatlas calibrate --out); "
                                             "default: the bundled calibrated ones."),
 ) -> None:
-    """Show how a producer grid reblocks onto a consumer grid, and what it costs (the
-    wormhole-sim reshard simulator; "params" in the output names its parameters).
+    """Show how a producer grid reblocks onto a consumer grid, and what it costs.
+
+    It uses the wormhole-sim reshard simulator; "params" in the output names its parameters.
 
     Example (the PyBuda guide's 7x1 -> 2x1):
 
