@@ -151,3 +151,43 @@ def test_a_package_folder_travels_to_ray_workers_like_a_file(tmp_path, monkeypat
     assert shipped_ops_modules(["mypkg_ray39", "one_ray39.py", "my_pkg.ops"]) == (
         [str(pkg.resolve()), str((tmp_path / "one_ray39.py").resolve())],
         ["mypkg_ray39", "one_ray39", "my_pkg.ops"])
+
+
+def test_a_call_that_ended_before_its_worker_died_is_recorded_not_blamed():
+    """Two calls in flight on one worker: the first ended (its answer not read yet), the second
+    killed the worker. The first is recorded as it ended and the second's chunks are the ones
+    run again (and charged a death), not the other way round: the executor blamed the oldest
+    call in flight, so a vector that ran fine beside a killer became a crash after 3 tries."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from opatlas.run.ray_executor import RayDispatcher, _Call, _Chunk, _Slot
+
+    class FakeRay:
+        def wait(self, refs, num_returns, timeout):
+            assert timeout == 0
+            return [r for r in refs if r != "killer"], []
+
+        def get(self, ref):
+            if ref == "fine":
+                return ["fine's results"]
+            raise RuntimeError("actor died")
+
+        def kill(self, handle):
+            pass
+
+    handle = SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda: "a1"))
+    slot = _Slot(handle=handle, info=SimpleNamespace(device="dev"))
+    fine = _Call(slot, [_Chunk("dev", ["v3"])], seq=0)
+    killer = _Call(slot, [_Chunk("dev", ["v4"])], seq=1)
+    d = object.__new__(RayDispatcher)
+    done, retried = [], []
+    d.ray, d.slots, d.calls = FakeRay(), {}, {"fine": fine, "killer": killer}
+    d.summary = SimpleNamespace(retried_chunks=0)
+    d.queues = {"dev": SimpleNamespace(again=deque())}
+    d._done = lambda call, results: done.append((call, results))
+    d._retry = lambda chunk, error: retried.append(chunk.vectors)
+    d.calls.pop("killer")  # as _finished pops the call whose answer was the death
+    d._worker_lost(killer, "actor died")
+    assert done == [(fine, ["fine's results"])] and slot.in_flight == -1
+    assert retried == [["v4"]] and d.calls == {}

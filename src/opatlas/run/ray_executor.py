@@ -472,6 +472,9 @@ class RayDispatcher:
         except Exception as exc:  # the actor or its node died: the chunks run again elsewhere
             self._worker_lost(call, _short(exc))
             return
+        self._done(call, results)
+
+    def _done(self, call: _Call, results: list[ChunkResult]) -> None:
         self.queues[call.slot.info.device].pace.update(sum(r.busy_s for r in results),
                                                        len(results))
         self._record(results)
@@ -481,10 +484,17 @@ class RayDispatcher:
 
     def _worker_lost(self, call: _Call, error: str) -> None:
         """The actor of ``call`` died: every call it had in flight goes back to the front of
-        the queue. Only the oldest was running (an actor runs its calls in order), so only its
-        chunks may hold what killed the worker; the others never started and go back as
-        they were."""
+        the queue. Only the oldest unfinished one was running (an actor runs its calls in
+        order), so only its chunks may hold what killed the worker; the others never started
+        and go back as they were. A call that ended before the death, its answer not read yet,
+        is recorded as it ended: blaming it (the oldest in flight) would charge a vector that
+        ran fine with its neighbour's crash."""
         self._drop(call.slot)
+        others = [r for r, c in self.calls.items() if c.slot is call.slot]
+        for ref, results in self._answered(others):
+            ended = self.calls.pop(ref)
+            ended.slot.in_flight -= 1
+            self._done(ended, results)
         others = [r for r, c in self.calls.items() if c.slot is call.slot]
         lost = sorted([call, *(self.calls.pop(r) for r in others)], key=lambda c: c.seq)
         for queued in reversed(lost[1:]):
@@ -493,6 +503,19 @@ class RayDispatcher:
                 self.queues[chunk.device].again.appendleft(chunk)
         for chunk in reversed(lost[0].chunks):  # at the very front, in their order
             self._retry(chunk, error)
+
+    def _answered(self, refs: list[Any]) -> list[tuple[Any, list[ChunkResult]]]:
+        """The calls of ``refs`` that had ended with an answer (read now), in their order."""
+        if not refs:
+            return []
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
+        answered = []
+        for ref in ready:
+            try:
+                answered.append((ref, self.ray.get(ref)))
+            except Exception:  # died with the worker: lost, as the caller handles it
+                continue
+        return sorted(answered, key=lambda a: self.calls[a[0]].seq)
 
     def _retry(self, chunk: _Chunk, error: str) -> None:
         """Run again a chunk that was running when its worker died. A chunk of several vectors
