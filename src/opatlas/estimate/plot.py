@@ -1,13 +1,11 @@
-"""Stacked bars of the step-time breakdown."""
+"""Stacked bars of the step-time breakdown, and the layout labels the tables share.
+
+matplotlib is imported by :func:`plot_breakdown` alone: the search's table takes its labels
+from here, and importing pyplot cost it 0.3 s of a 1.1 s command."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 from opatlas.estimate.config import TrainConfig
 from opatlas.estimate.engine import Estimate
@@ -30,6 +28,11 @@ def layout_label(c: TrainConfig) -> str:
 
 
 def plot_breakdown(estimates: list[Estimate], path: Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(estimates) + 2), 4), dpi=150)
     x = range(len(estimates))
     bottom = [0.0] * len(estimates)
